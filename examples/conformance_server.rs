@@ -1,0 +1,552 @@
+//! The conformance suite's fixture server, written on this crate the way any author would use it:
+//! the tools, prompts and resources `@modelcontextprotocol/conformance` calls, with their expected
+//! behaviour. Run it with `cargo run --example conformance_server -- --bind 127.0.0.1:3000`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use moviedb_mcp::app;
+use moviedb_mcp::auth::AnonymousOnly;
+use moviedb_mcp::config::ServeArgs;
+use moviedb_mcp::mrtr::{HandlerError, RequestContext};
+use moviedb_mcp::protocol::LogLevel;
+use moviedb_mcp::protocol::content::{
+    CallToolResult, Content, GetPromptResult, PromptMessage, ReadResourceResult, ResourceContents,
+};
+use moviedb_mcp::protocol::input::{
+    Elicitation, EmptyParams, InputRequest, Roots, Sampling, SamplingParams,
+};
+use moviedb_mcp::registry::{
+    NoArguments, Prompt, PromptArgument, Registry, Resource, ResourceTemplate, Tool,
+};
+use moviedb_mcp::server::{Events, ServerEvent, ServerInfo};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+const WAV: &str = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA=";
+
+/// The conformance fixture server.
+#[derive(Debug, Parser)]
+struct Cli {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+type ToolOutcome = Result<CallToolResult, HandlerError>;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    app::init_logging();
+    let cli = Cli::parse();
+    let events = Events::new();
+    let mut registry = Registry::new();
+    content_tools(&mut registry);
+    interaction_tools(&mut registry);
+    input_required_tools(&mut registry);
+    stateless_tools(&mut registry, &events);
+    prompts(&mut registry);
+    resources(&mut registry);
+    let info = ServerInfo {
+        name: "moviedb-mcp-conformance".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        instructions: None,
+    };
+    let router = app::router(&cli.serve, registry, info, events, Arc::new(AnonymousOnly))?;
+    app::serve(&cli.serve, router).await
+}
+
+fn no_args<F, Fut>(name: &str, description: &str, handler: F) -> Tool
+where
+    F: Fn(RequestContext) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ToolOutcome> + Send + 'static,
+{
+    Tool::new(name, description, move |ctx, _: NoArguments| handler(ctx))
+}
+
+/// Tools that return each kind of content, progress and log messages.
+fn content_tools(registry: &mut Registry) {
+    registry
+        .add_tool(no_args(
+            "test_simple_text",
+            "Returns a simple text response",
+            |_| async {
+                Ok(CallToolResult::text(
+                    "This is a simple text response for testing.",
+                ))
+            },
+        ))
+        .add_tool(no_args(
+            "test_image_content",
+            "Returns an image",
+            |_| async {
+                Ok(CallToolResult::content(vec![Content::image(
+                    PNG,
+                    "image/png",
+                )]))
+            },
+        ))
+        .add_tool(no_args("test_audio_content", "Returns audio", |_| async {
+            Ok(CallToolResult::content(vec![Content::audio(
+                WAV,
+                "audio/wav",
+            )]))
+        }))
+        .add_tool(no_args(
+            "test_embedded_resource",
+            "Returns an embedded resource",
+            |_| async {
+                Ok(CallToolResult::content(vec![Content::resource(
+                    ResourceContents::text(
+                        "test://embedded-resource",
+                        "text/plain",
+                        "This is an embedded resource content.",
+                    ),
+                )]))
+            },
+        ))
+        .add_tool(no_args(
+            "test_multiple_content_types",
+            "Returns text, an image and a resource",
+            |_| async {
+                Ok(CallToolResult::content(vec![
+                    Content::text("Multiple content types test:"),
+                    Content::image(PNG, "image/png"),
+                    Content::resource(ResourceContents::text(
+                        "test://mixed-content-resource",
+                        "application/json",
+                        r#"{"test":"data","value":123}"#,
+                    )),
+                ]))
+            },
+        ))
+        .add_tool(no_args(
+            "test_tool_with_logging",
+            "Sends three log messages while it runs",
+            |ctx| async move {
+                for (i, message) in [
+                    "Tool execution started",
+                    "Tool processing data",
+                    "Tool execution completed",
+                ]
+                .iter()
+                .enumerate()
+                {
+                    if i > 0 {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    ctx.log(LogLevel::Info, "conformance", json!(message)).await;
+                }
+                Ok(CallToolResult::text(
+                    "Tool with logging executed successfully",
+                ))
+            },
+        ))
+        .add_tool(no_args(
+            "test_tool_with_progress",
+            "Reports progress 0, 50 and 100 of 100",
+            |ctx| async move {
+                for (i, step) in [0.0, 50.0, 100.0].into_iter().enumerate() {
+                    if i > 0 {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    ctx.progress(
+                        step,
+                        Some(100.0),
+                        Some(&format!("Completed step {}", i + 1)),
+                    )
+                    .await;
+                }
+                let token = ctx.meta().progress_token.clone().unwrap_or(Value::Null);
+                Ok(CallToolResult::text(match token {
+                    Value::String(token) => token,
+                    other => other.to_string(),
+                }))
+            },
+        ))
+        .add_tool(no_args(
+            "test_error_handling",
+            "Always fails with a tool error",
+            |_| async {
+                Ok(CallToolResult::error(
+                    "This tool intentionally returns an error for testing",
+                ))
+            },
+        ))
+        .add_tool(no_args(
+            "test_reconnection",
+            "Returns after a short pause",
+            |_| async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok(CallToolResult::text("Reconnection test completed"))
+            },
+        ));
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct PromptArgs {
+    /// The prompt to send to the client's model.
+    prompt: String,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct MessageArgs {
+    /// The message to show the user.
+    message: String,
+}
+
+/// Tools that ask the client for sampling or a form.
+fn interaction_tools(registry: &mut Registry) {
+    registry
+        .add_tool(Tool::new("test_sampling", "Asks the client's model to answer a prompt", |ctx, args: PromptArgs| async move {
+            ctx.require("sampling")?;
+            match ctx.sample("sampling", SamplingParams::user_text(args.prompt, 100)).await? {
+                Sampling::Reply(reply) => Ok(CallToolResult::text(format!("LLM response: {}", reply.text))),
+                Sampling::Unsupported => Ok(CallToolResult::error("The client does not support sampling")),
+            }
+        }))
+        .add_tool(Tool::new("test_elicitation", "Asks the user for a response", |ctx, args: MessageArgs| async move {
+            let schema = json!({
+                "type": "object",
+                "properties": {"response": {"type": "string", "description": "User's response"}},
+                "required": ["response"]
+            });
+            let answer = ctx.elicit("response", &args.message, schema).await?;
+            Ok(CallToolResult::text(describe(&answer)))
+        }))
+        .add_tool(no_args("test_elicitation_sep1034_defaults", "Asks for a form whose fields have defaults", |ctx| async move {
+            let schema = json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "description": "User name", "default": "John Doe"},
+                    "age": {"type": "integer", "description": "User age", "default": 30},
+                    "score": {"type": "number", "description": "User score", "default": 95.5},
+                    "status": {"type": "string", "description": "User status", "enum": ["active", "inactive", "pending"], "default": "active"},
+                    "verified": {"type": "boolean", "description": "Verification status", "default": true}
+                }
+            });
+            let answer = ctx.elicit("defaults", "Please review and update the form fields with defaults", schema).await?;
+            Ok(CallToolResult::text(format!("Elicitation completed: {}", describe(&answer))))
+        }))
+        .add_tool(no_args("test_elicitation_sep1330_enums", "Asks for a form with every enum style", |ctx| async move {
+            let options = ["option1", "option2", "option3"];
+            let titled: Vec<Value> = options.iter().map(|o| json!({"const": o, "title": o.replace("option", "Option ")})).collect();
+            let schema = json!({
+                "type": "object",
+                "properties": {
+                    "untitledSingle": {"type": "string", "description": "Untitled single-select", "enum": options},
+                    "titledSingle": {"type": "string", "description": "Titled single-select", "oneOf": titled},
+                    "legacyEnum": {"type": "string", "description": "Legacy titled enum", "enum": options, "enumNames": ["Option One", "Option Two", "Option Three"]},
+                    "untitledMulti": {"type": "array", "description": "Untitled multi-select", "minItems": 1, "maxItems": 3, "items": {"type": "string", "enum": options}},
+                    "titledMulti": {"type": "array", "description": "Titled multi-select", "minItems": 1, "maxItems": 3, "items": {"anyOf": titled}}
+                }
+            });
+            let answer = ctx.elicit("enums", "Please select options from the enum fields", schema).await?;
+            Ok(CallToolResult::text(format!("Elicitation completed: {}", describe(&answer))))
+        }))
+        .add_tool(Tool::with_raw_schema(
+            "json_schema_2020_12_tool",
+            "Echoes its arguments; its input schema uses JSON Schema 2020-12 keywords",
+            json!({
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "type": "object",
+                "$defs": {"address": {"$anchor": "addressDef", "type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+                "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+                "additionalProperties": false,
+                "allOf": [{"anyOf": [{"required": ["name"]}, {"required": ["address"]}]}],
+                "if": {"properties": {"name": {"const": "test"}}},
+                "then": {"properties": {"address": {"required": ["city"]}}},
+                "else": {}
+            }),
+            |_, args| async move { Ok(CallToolResult::text(format!("Received: {args}"))) },
+        ));
+}
+
+fn describe(answer: &Elicitation) -> String {
+    match answer {
+        Elicitation::Accepted(content) => format!(
+            "User response: action=accept, content={}",
+            Value::Object(content.clone())
+        ),
+        Elicitation::Declined => "User response: action=decline".into(),
+        Elicitation::Cancelled => "User response: action=cancel".into(),
+        Elicitation::Unsupported => "The client does not support elicitation".into(),
+    }
+}
+
+fn name_form() -> Value {
+    json!({"type": "object", "properties": {"name": {"type": "string", "description": "Your name"}}, "required": ["name"]})
+}
+
+fn confirm_form() -> Value {
+    json!({"type": "object", "properties": {"ok": {"type": "boolean", "description": "Confirm"}}, "required": ["ok"]})
+}
+
+fn accepted_text(answer: &Elicitation, field: &str) -> Option<String> {
+    answer
+        .content()?
+        .get(field)
+        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+}
+
+/// The MRTR tools of SEP-2322.
+fn input_required_tools(registry: &mut Registry) {
+    registry
+        .add_tool(no_args("test_input_required_result_elicitation", "MRTR: asks the user's name", |ctx| async move {
+            let answer = ctx.elicit("user_name", "What is your name?", name_form()).await?;
+            let name = accepted_text(&answer, "name").unwrap_or_else(|| "stranger".into());
+            Ok(CallToolResult::text(format!("Hello, {name}!")))
+        }))
+        .add_tool(no_args("test_input_required_result_sampling", "MRTR: asks the client's model a question", |ctx| async move {
+            let params = SamplingParams::user_text("What is the capital of France?", 100);
+            Ok(CallToolResult::text(match ctx.sample("sample_request", params).await? {
+                Sampling::Reply(reply) => format!("Sampling response: {}", reply.text),
+                Sampling::Unsupported => "The client does not support sampling".into(),
+            }))
+        }))
+        .add_tool(no_args("test_input_required_result_list_roots", "MRTR: asks for the client's roots", |ctx| async move {
+            Ok(CallToolResult::text(match ctx.list_roots("roots_request").await? {
+                Roots::Listed(roots) => format!("Found {} root(s)", roots.len()),
+                Roots::Unsupported => "The client does not support roots".into(),
+            }))
+        }))
+        .add_tool(no_args("test_input_required_result_request_state", "MRTR: asks for confirmation and keeps state", |ctx| async move {
+            let answer = ctx.elicit("confirm", "Please confirm", confirm_form()).await?;
+            Ok(CallToolResult::text(format!("state-ok: confirmed={}", accepted_text(&answer, "ok").unwrap_or_else(|| "false".into()))))
+        }))
+        .add_tool(no_args("test_input_required_result_multiple_inputs", "MRTR: asks three questions in one round", |ctx| async move {
+            let answers = ctx
+                .ask(vec![
+                    ("user_name".into(), elicit_request("What is your name?", name_form())),
+                    ("greeting".into(), InputRequest::Sample(SamplingParams::user_text("Say hello", 50))),
+                    ("client_roots".into(), InputRequest::ListRoots(EmptyParams {})),
+                ])
+                .await?;
+            let name = answers.elicitation("user_name").and_then(|a| accepted_text(a, "name")).unwrap_or_default();
+            let greeting = match answers.sampling("greeting") {
+                Some(Sampling::Reply(reply)) => reply.text.clone(),
+                _ => String::new(),
+            };
+            let roots = match answers.roots("client_roots") {
+                Some(Roots::Listed(roots)) => roots.len(),
+                _ => 0,
+            };
+            Ok(CallToolResult::text(format!("name={name}; greeting={greeting}; roots={roots}")))
+        }))
+        .add_tool(no_args("test_input_required_result_multi_round", "MRTR: asks two questions in two rounds", |ctx| async move {
+            let first = ctx.elicit("step1", "Step 1: What is your name?", name_form()).await?;
+            let name = accepted_text(&first, "name").unwrap_or_default();
+            let color_form = json!({"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]});
+            let second = ctx.elicit("step2", "Step 2: What is your favorite color?", color_form).await?;
+            let color = accepted_text(&second, "color").unwrap_or_default();
+            Ok(CallToolResult::text(format!("{name} likes {color}")))
+        }))
+        .add_tool(no_args("test_input_required_result_tampered_state", "MRTR: asks for confirmation; refuses altered state", |ctx| async move {
+            let answer = ctx.elicit("confirm", "Please confirm", confirm_form()).await?;
+            Ok(CallToolResult::text(format!("confirmed={}", accepted_text(&answer, "ok").unwrap_or_else(|| "false".into()))))
+        }))
+        .add_tool(no_args("test_input_required_result_capabilities", "MRTR: asks only what the client declared", |ctx| async move {
+            let answers = ctx
+                .ask(vec![
+                    ("sample_input".into(), InputRequest::Sample(SamplingParams::user_text("Sample request", 50))),
+                    ("user_input".into(), elicit_request("Elicit request", name_form())),
+                    ("client_roots".into(), InputRequest::ListRoots(EmptyParams {})),
+                ])
+                .await?;
+            let mut got = Vec::new();
+            if let Some(Sampling::Reply(_)) = answers.sampling("sample_input") {
+                got.push("sampling");
+            }
+            if let Some(Elicitation::Accepted(_)) = answers.elicitation("user_input") {
+                got.push("elicitation");
+            }
+            if let Some(Roots::Listed(_)) = answers.roots("client_roots") {
+                got.push("roots");
+            }
+            Ok(CallToolResult::text(if got.is_empty() {
+                "No supported capabilities declared".to_owned()
+            } else {
+                format!("Answered: {}", got.join(", "))
+            }))
+        }));
+}
+
+fn elicit_request(message: &str, schema: Value) -> InputRequest {
+    InputRequest::Elicit(moviedb_mcp::protocol::input::ElicitParams::Form {
+        message: message.into(),
+        requested_schema: schema,
+    })
+}
+
+/// Tools for the stateless-wire probes, including the hidden change triggers.
+fn stateless_tools(registry: &mut Registry, events: &Events) {
+    let tools_changed = events.clone();
+    let prompts_changed = events.clone();
+    registry
+        .add_tool(no_args(
+            "test_missing_capability",
+            "Needs the sampling capability",
+            |ctx| async move {
+                ctx.require("sampling")?;
+                Ok(CallToolResult::text("Success"))
+            },
+        ))
+        .add_tool(no_args(
+            "test_streaming_elicitation",
+            "Streams a progress notification, then its result",
+            |ctx| async move {
+                ctx.progress(1.0, Some(1.0), Some("Streaming")).await;
+                Ok(CallToolResult::text("Streaming complete"))
+            },
+        ))
+        .add_tool(no_args(
+            "test_logging_tool",
+            "Logs only when the request asks for a log level",
+            |ctx| async move {
+                ctx.log(LogLevel::Info, "conformance", json!("Logging tool invoked"))
+                    .await;
+                Ok(CallToolResult::text("Logging evaluated"))
+            },
+        ))
+        .add_tool(
+            no_args(
+                "test_trigger_tool_change",
+                "Announces a change of the tool list",
+                move |_| {
+                    let events = tools_changed.clone();
+                    async move {
+                        events.notify(ServerEvent::ToolsListChanged);
+                        Ok(CallToolResult::text("Mutation triggered"))
+                    }
+                },
+            )
+            .hidden(),
+        )
+        .add_tool(
+            no_args(
+                "test_trigger_prompt_change",
+                "Announces a change of the prompt list",
+                move |_| {
+                    let events = prompts_changed.clone();
+                    async move {
+                        events.notify(ServerEvent::PromptsListChanged);
+                        Ok(CallToolResult::text("Mutation triggered"))
+                    }
+                },
+            )
+            .hidden(),
+        );
+}
+
+fn prompts(registry: &mut Registry) {
+    let text = |message: &str| GetPromptResult {
+        description: None,
+        messages: vec![PromptMessage::user(Content::text(message))],
+    };
+    registry
+        .add_prompt(
+            Prompt::new("test_simple_prompt", "A simple prompt without arguments", move |_, _| async move {
+                Ok(text("This is a simple prompt for testing."))
+            })
+            .title("Simple Test Prompt"),
+        )
+        .add_prompt(
+            Prompt::new("test_prompt_with_arguments", "A prompt with two required arguments", move |_, args| async move {
+                let arg = |name: &str| args.get(name).and_then(Value::as_str).unwrap_or_default().to_owned();
+                Ok(text(&format!("Prompt with arguments: arg1='{}', arg2='{}'", arg("arg1"), arg("arg2"))))
+            })
+            .argument(PromptArgument::required("arg1", "First test argument"))
+            .argument(PromptArgument::required("arg2", "Second test argument")),
+        )
+        .add_prompt(
+            Prompt::new("test_prompt_with_embedded_resource", "A prompt that embeds a resource", |_, args| async move {
+                let uri = args.get("resourceUri").and_then(Value::as_str).unwrap_or("test://example-resource").to_owned();
+                Ok(GetPromptResult {
+                    description: None,
+                    messages: vec![
+                        PromptMessage::user(Content::resource(ResourceContents::text(uri, "text/plain", "Embedded resource content for testing."))),
+                        PromptMessage::user(Content::text("Please process the embedded resource above.")),
+                    ],
+                })
+            })
+            .argument(PromptArgument::required("resourceUri", "URI of the resource to embed")),
+        )
+        .add_prompt(Prompt::new("test_prompt_with_image", "A prompt that includes an image", |_, _| async {
+            Ok(GetPromptResult {
+                description: None,
+                messages: vec![
+                    PromptMessage::user(Content::image(PNG, "image/png")),
+                    PromptMessage::user(Content::text("Please analyze the image above.")),
+                ],
+            })
+        }))
+        .add_prompt(Prompt::new(
+            "test_input_required_result_prompt",
+            "MRTR: prompt that requires elicitation input",
+            move |ctx, _| async move {
+                let form = json!({"type": "object", "properties": {"context": {"type": "string"}}, "required": ["context"]});
+                let answer = ctx.elicit("user_context", "What context should the prompt use?", form).await?;
+                let context = accepted_text(&answer, "context").unwrap_or_default();
+                Ok(text(&format!("Prompt with context: {context}")))
+            },
+        ));
+}
+
+fn resources(registry: &mut Registry) {
+    let fixed = |contents: ResourceContents| {
+        move |_: RequestContext, _: String| {
+            let contents = contents.clone();
+            async move {
+                Ok(ReadResourceResult {
+                    contents: vec![contents],
+                })
+            }
+        }
+    };
+    registry
+        .add_resource(
+            Resource::new(
+                "test://static-text",
+                "static-text",
+                fixed(ResourceContents::text("test://static-text", "text/plain", "This is the content of the static text resource.")),
+            )
+            .description("A static text resource")
+            .mime_type("text/plain"),
+        )
+        .add_resource(
+            Resource::new("test://static-binary", "static-binary", fixed(ResourceContents::blob("test://static-binary", "image/png", PNG)))
+                .description("A static binary resource")
+                .mime_type("image/png"),
+        )
+        .add_resource(
+            Resource::new(
+                "test://watched-resource",
+                "watched-resource",
+                fixed(ResourceContents::text("test://watched-resource", "text/plain", "Watched resource content")),
+            )
+            .description("A resource clients can subscribe to")
+            .mime_type("text/plain"),
+        )
+        .add_resource(
+            Resource::new(
+                "test://stateless-static-text",
+                "Stateless Static Text",
+                fixed(ResourceContents::text(
+                    "test://stateless-static-text",
+                    "text/plain",
+                    "Static text content from the stateless draft path.",
+                )),
+            )
+            .mime_type("text/plain"),
+        )
+        .add_template(
+            ResourceTemplate::new("test://template/{id}/data", "template", |_, uri, vars| async move {
+                let id = vars.iter().find(|(name, _)| name == "id").map(|(_, v)| v.clone()).unwrap_or_default();
+                let body = json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")});
+                Ok(ReadResourceResult { contents: vec![ResourceContents::text(uri, "application/json", body.to_string())] })
+            })
+            .description("A resource template with one parameter")
+            .mime_type("application/json"),
+        );
+}

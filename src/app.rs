@@ -1,0 +1,103 @@
+//! Assembling a server from configuration — keys, continuation store, engine, transport — and
+//! running it until Ctrl-C or SIGTERM.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::auth::Authenticator;
+use crate::config::ServeArgs;
+use crate::mrtr::{ContinuationStore, Engine, MemoryStore, StateSealer};
+use crate::registry::Registry;
+use crate::server::{Events, Server, ServerInfo};
+use crate::transport::{self, OriginPolicy, TransportOptions};
+
+/// The MCP endpoint path.
+pub const MCP_PATH: &str = "/mcp";
+
+/// Builds the MRTR engine: sealing keys from the configuration (or a logged development key)
+/// and the in-memory continuation store.
+pub fn engine(args: &ServeArgs) -> anyhow::Result<Engine> {
+    let sealer = match &args.state_keys {
+        Some(spec) => StateSealer::from_spec(spec)
+            .map_err(anyhow::Error::msg)
+            .context("MOVIEDB_STATE_KEYS")?,
+        None => {
+            tracing::warn!(
+                "MOVIEDB_STATE_KEYS is not set: generated a development key for requestState sealing; \
+                 states will not survive a restart or open on another replica"
+            );
+            StateSealer::generate()
+        }
+    };
+    tracing::info!(
+        key_id = sealer.active_key_id(),
+        "requestState sealing ready"
+    );
+    let store: Arc<dyn ContinuationStore> = Arc::new(MemoryStore::new(args.continuation_capacity));
+    Ok(Engine::new(sealer, store, args.state_ttl()))
+}
+
+/// Builds the protocol server and its HTTP router.
+pub fn router(
+    args: &ServeArgs,
+    registry: Registry,
+    info: ServerInfo,
+    events: Events,
+    authenticator: Arc<dyn Authenticator>,
+) -> anyhow::Result<axum::Router> {
+    let server = Server::new(registry, engine(args)?, info, events);
+    let options = TransportOptions {
+        origin: OriginPolicy::new(args.allowed_origins.clone(), args.bind.ip().is_loopback()),
+        authenticator,
+        max_body_bytes: args.max_body_bytes,
+        keepalive: Duration::from_secs(args.keepalive_secs.max(1)),
+    };
+    Ok(transport::router(server, options, MCP_PATH))
+}
+
+/// Binds `args.bind` and serves until Ctrl-C or SIGTERM.
+pub async fn serve(args: &ServeArgs, router: axum::Router) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(args.bind)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.bind))?;
+    tracing::info!(
+        "MCP endpoint on http://{}{MCP_PATH}",
+        listener.local_addr()?
+    );
+    transport::serve(listener, router, shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_logging() {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

@@ -1,0 +1,44 @@
+//! Command-line and environment configuration shared by every binary that serves MCP.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// How to serve: where to listen, how to seal and park continuations, what HTTP to accept.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on; the MCP endpoint is /mcp.
+    #[arg(long, env = "MOVIEDB_BIND", default_value = "127.0.0.1:3000")]
+    pub bind: SocketAddr,
+
+    /// requestState sealing keys, `id:base64-32-bytes[,id:key…]`; the first seals, all open.
+    /// Give every replica the same list. When unset a development key is generated (states then
+    /// do not survive a restart and no other replica can open them).
+    #[arg(long, env = "MOVIEDB_STATE_KEYS", hide_env_values = true)]
+    pub state_keys: Option<String>,
+
+    /// How long a client has to answer a round before its requestState expires, in seconds.
+    #[arg(long, env = "MOVIEDB_STATE_TTL", default_value_t = 600)]
+    pub state_ttl_secs: u64,
+
+    /// Most continuations kept in memory at once (in-memory store).
+    #[arg(long, env = "MOVIEDB_CONTINUATION_CAPACITY", default_value_t = 100_000)]
+    pub continuation_capacity: u64,
+
+    /// Origins allowed besides localhost, comma-separated (`*` allows any).
+    #[arg(long, env = "MOVIEDB_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+
+    /// Largest request body accepted, in bytes (larger ones get HTTP 413).
+    #[arg(long, env = "MOVIEDB_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Seconds between keep-alive comments on subscription streams.
+    #[arg(long, env = "MOVIEDB_KEEPALIVE_SECS", default_value_t = 15)]
+    pub keepalive_secs: u64,
+}
+
+impl ServeArgs {
+    pub fn state_ttl(&self) -> Duration {
+        Duration::from_secs(self.state_ttl_secs.max(1))
+    }
+}

@@ -1,0 +1,327 @@
+//! Runs one handler invocation as one MRTR round: opens and checks the incoming `requestState`,
+//! takes its continuation, runs the handler, and either returns its result or parks a new
+//! continuation and answers `input_required`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::context::{HandlerError, Notifier, RequestContext, RoundState};
+use super::seal::{StateClaims, StateSealer};
+use super::store::{ContinuationId, ContinuationStore};
+use crate::auth::Principal;
+use crate::protocol::input::{InputRequest, OrderedRequests, parse_input_responses};
+use crate::protocol::{ProtocolError, RequestMeta};
+
+/// The engine: one per server, shared by every request.
+pub struct Engine {
+    sealer: StateSealer,
+    store: Arc<dyn ContinuationStore>,
+    state_ttl: Duration,
+}
+
+/// One MRTR-capable request, as the engine needs to see it.
+pub struct Call<'a> {
+    /// `tools/call`, `prompts/get` or `resources/read`.
+    pub method: &'a str,
+    /// The tool or prompt name, or the resource URI.
+    pub name: &'a str,
+    /// The arguments the request is bound to (`Value::Null` when the method has none).
+    pub arguments: &'a Value,
+    /// The request params, where `inputResponses` and `requestState` live.
+    pub params: &'a Map<String, Value>,
+    pub principal: &'a Principal,
+    pub meta: &'a RequestMeta,
+    pub notifier: Option<Notifier>,
+}
+
+/// How a round ended.
+pub enum Outcome<T> {
+    Complete(T),
+    InputRequired(InputRequired),
+}
+
+/// An `input_required` result: the questions of this round and the sealed state to echo back.
+#[derive(Debug, Clone)]
+pub struct InputRequired {
+    pub requests: Vec<(String, InputRequest)>,
+    pub request_state: String,
+}
+
+impl Serialize for InputRequired {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("resultType", "input_required")?;
+        map.serialize_entry("inputRequests", &OrderedRequests(&self.requests))?;
+        map.serialize_entry("requestState", &self.request_state)?;
+        map.end()
+    }
+}
+
+/// What is parked between rounds. Short field names keep the stored form small.
+#[derive(Serialize, Deserialize)]
+struct Continuation {
+    /// Answers already read by the handler.
+    #[serde(rename = "a", default, skip_serializing_if = "Map::is_empty")]
+    answers: Map<String, Value>,
+    /// Remembered work.
+    #[serde(rename = "m", default, skip_serializing_if = "Map::is_empty")]
+    memo: Map<String, Value>,
+    /// Keys asked in the round that produced this continuation.
+    #[serde(rename = "q", default)]
+    asked: Vec<String>,
+}
+
+impl Engine {
+    pub fn new(
+        sealer: StateSealer,
+        store: Arc<dyn ContinuationStore>,
+        state_ttl: Duration,
+    ) -> Self {
+        Self {
+            sealer,
+            store,
+            state_ttl,
+        }
+    }
+
+    pub fn sealer(&self) -> &StateSealer {
+        &self.sealer
+    }
+
+    /// Runs `handler` for one round of `call`.
+    pub async fn run<T, F, Fut>(
+        &self,
+        call: Call<'_>,
+        handler: F,
+    ) -> Result<Outcome<T>, ProtocolError>
+    where
+        F: FnOnce(RequestContext) -> Fut,
+        Fut: Future<Output = Result<T, HandlerError>>,
+    {
+        let responses = parse_input_responses(call.params)?;
+        let digest = request_digest(call.method, call.name, call.arguments);
+        let principal = call.principal.id();
+        let mut round = RoundState::default();
+        match call.params.get("requestState") {
+            None => round.available = responses,
+            Some(Value::String(state)) => {
+                let parked = self.resume(state, &principal, &digest).await?;
+                round.available = parked.answers;
+                round.memo = parked.memo;
+                // Only answers to the questions of the last round count; the rest is ignored.
+                for key in parked.asked {
+                    if let Some(answer) = responses.get(&key) {
+                        round.available.insert(key, answer.clone());
+                    }
+                }
+            }
+            Some(_) => {
+                return Err(ProtocolError::invalid_params(
+                    "requestState must be a string",
+                ));
+            }
+        }
+
+        let context = RequestContext::new(
+            call.principal.clone(),
+            call.meta.clone(),
+            call.notifier,
+            round,
+        );
+        match handler(context.clone()).await {
+            Ok(result) => Ok(Outcome::Complete(result)),
+            Err(HandlerError::Protocol(error)) => Err(error),
+            Err(HandlerError::Internal(error)) => {
+                tracing::error!(
+                    method = call.method,
+                    name = call.name,
+                    "handler failed: {error:#}"
+                );
+                Err(ProtocolError::internal(format!(
+                    "Internal error while handling {} {}",
+                    call.method, call.name
+                )))
+            }
+            Err(HandlerError::InputRequired(_)) => {
+                let round = context.take_round();
+                self.park(round, principal, digest)
+                    .await
+                    .map(Outcome::InputRequired)
+            }
+        }
+    }
+
+    /// Opens a state, checks its bindings in order, and takes its continuation.
+    async fn resume(
+        &self,
+        state: &str,
+        principal: &str,
+        digest: &[u8; 32],
+    ) -> Result<Continuation, ProtocolError> {
+        let claims = self
+            .sealer
+            .open(state)
+            .map_err(|e| ProtocolError::invalid_params(e.to_string()))?;
+        if claims.expires_at < unix_now() {
+            return Err(ProtocolError::invalid_params(
+                "requestState has expired; send the request again without requestState to start over",
+            ));
+        }
+        if claims.principal != principal {
+            return Err(ProtocolError::invalid_params(
+                "requestState belongs to another principal",
+            ));
+        }
+        if &claims.request_digest != digest {
+            return Err(ProtocolError::invalid_params(
+                "requestState was issued for a different request (method, name or arguments differ)",
+            ));
+        }
+        let payload = self
+            .store
+            .take(claims.continuation)
+            .await
+            .map_err(|e| ProtocolError::internal(e.to_string()))?
+            .ok_or_else(|| {
+                ProtocolError::invalid_params(
+                    "requestState has already been used or its continuation is gone; send the request again without requestState to start over",
+                )
+            })?;
+        serde_json::from_slice(&payload)
+            .map_err(|e| ProtocolError::internal(format!("stored continuation is unreadable: {e}")))
+    }
+
+    /// Parks what the handler has so far and seals a state pointing at it.
+    async fn park(
+        &self,
+        round: RoundState,
+        principal: String,
+        digest: [u8; 32],
+    ) -> Result<InputRequired, ProtocolError> {
+        let asked = round.pending.iter().map(|(key, _)| key.clone()).collect();
+        let continuation = Continuation {
+            answers: round.used,
+            memo: round.memo,
+            asked,
+        };
+        let payload = serde_json::to_vec(&continuation)
+            .map_err(|e| ProtocolError::internal(format!("cannot store continuation: {e}")))?;
+        let id = ContinuationId::random();
+        self.store
+            .put(id, payload, self.state_ttl)
+            .await
+            .map_err(|e| ProtocolError::internal(e.to_string()))?;
+        let claims = StateClaims {
+            continuation: id,
+            principal,
+            request_digest: digest,
+            expires_at: unix_now() + self.state_ttl.as_secs().max(1),
+        };
+        Ok(InputRequired {
+            requests: round.pending,
+            request_state: self.sealer.seal(&claims),
+        })
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// SHA-256 over the method, the name and the arguments in canonical JSON (keys sorted), so the
+/// same request always has the same digest whatever the client's key order.
+pub fn request_digest(method: &str, name: &str, arguments: &Value) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(method.as_bytes());
+    hasher.update([0]);
+    hasher.update(name.as_bytes());
+    hasher.update([0]);
+    let mut canonical = Vec::with_capacity(64);
+    write_canonical(arguments, &mut canonical);
+    hasher.update(&canonical);
+    hasher.finalize().into()
+}
+
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push(b'{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(&Value::String(key.clone()), out);
+                out.push(b':');
+                write_canonical(&map[key], out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => out.extend_from_slice(scalar.to_string().as_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_digest_ignores_key_order_but_not_values() {
+        let a = request_digest(
+            "tools/call",
+            "t",
+            &json!({"x": 1, "y": {"b": 2, "a": [1, 2]}}),
+        );
+        let b = request_digest(
+            "tools/call",
+            "t",
+            &json!({"y": {"a": [1, 2], "b": 2}, "x": 1}),
+        );
+        assert_eq!(a, b);
+        assert_ne!(
+            a,
+            request_digest(
+                "tools/call",
+                "t",
+                &json!({"x": 2, "y": {"b": 2, "a": [1, 2]}})
+            )
+        );
+        assert_ne!(
+            a,
+            request_digest(
+                "tools/call",
+                "u",
+                &json!({"x": 1, "y": {"b": 2, "a": [1, 2]}})
+            )
+        );
+        assert_ne!(
+            a,
+            request_digest(
+                "prompts/get",
+                "t",
+                &json!({"x": 1, "y": {"b": 2, "a": [1, 2]}})
+            )
+        );
+    }
+}

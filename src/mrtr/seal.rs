@@ -1,0 +1,249 @@
+//! Sealing `requestState`: XChaCha20-Poly1305 over a small binary payload that binds a continuation
+//! to its principal, to the request that started it and to an expiry. The key id travels in clear
+//! (and is authenticated) so keys can rotate: the first configured key seals, all of them open.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use rand::RngCore;
+
+use super::store::ContinuationId;
+
+const FORMAT_VERSION: u8 = 1;
+const NONCE_LEN: usize = 24;
+const KEY_LEN: usize = 32;
+/// expiry (8) + continuation id (16) + request digest (32), then the principal.
+const FIXED_CLAIMS_LEN: usize = 8 + 16 + 32;
+
+/// What a sealed state asserts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateClaims {
+    pub continuation: ContinuationId,
+    pub principal: String,
+    pub request_digest: [u8; 32],
+    /// Seconds since the Unix epoch.
+    pub expires_at: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    #[error(
+        "requestState failed its integrity check (it was altered, truncated or sealed by another server)"
+    )]
+    Tampered,
+    #[error("requestState was sealed with key {0:?}, which this server does not have")]
+    UnknownKey(String),
+}
+
+/// Seals and opens request states with a ring of keys built once at start-up.
+pub struct StateSealer {
+    keys: Vec<(String, XChaCha20Poly1305)>,
+}
+
+impl StateSealer {
+    /// Parses `id:base64key[,id:base64key…]`; the first key seals. Keys are 32 bytes.
+    pub fn from_spec(spec: &str) -> Result<Self, String> {
+        let mut keys = Vec::new();
+        for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (id, encoded) = entry
+                .split_once(':')
+                .ok_or_else(|| format!("state key {entry:?} is not of the form id:base64key"))?;
+            if id.is_empty()
+                || id.len() > 32
+                || !id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                return Err(format!(
+                    "state key id {id:?} must be 1-32 characters of [A-Za-z0-9_-]"
+                ));
+            }
+            let material = STANDARD
+                .decode(encoded)
+                .or_else(|_| URL_SAFE_NO_PAD.decode(encoded))
+                .map_err(|_| format!("state key {id:?} is not valid base64"))?;
+            if material.len() != KEY_LEN {
+                return Err(format!(
+                    "state key {id:?} must be {KEY_LEN} bytes, found {}",
+                    material.len()
+                ));
+            }
+            if keys.iter().any(|(known, _)| known == id) {
+                return Err(format!("state key id {id:?} appears twice"));
+            }
+            let cipher = XChaCha20Poly1305::new_from_slice(&material).map_err(|e| e.to_string())?;
+            keys.push((id.to_owned(), cipher));
+        }
+        if keys.is_empty() {
+            return Err("no state keys given".into());
+        }
+        Ok(Self { keys })
+    }
+
+    /// A fresh random key, for development runs with no configured keys.
+    pub fn generate() -> Self {
+        Self::from_spec(&Self::generate_spec("dev"))
+            .unwrap_or_else(|_| unreachable!("a generated key is valid"))
+    }
+
+    /// A new key in the configuration format, e.g. for `MOVIEDB_STATE_KEYS`.
+    pub fn generate_spec(id: &str) -> String {
+        let mut material = [0u8; KEY_LEN];
+        rand::thread_rng().fill_bytes(&mut material);
+        format!("{id}:{}", STANDARD.encode(material))
+    }
+
+    pub fn active_key_id(&self) -> &str {
+        &self.keys[0].0
+    }
+
+    pub fn seal(&self, claims: &StateClaims) -> String {
+        let (key_id, cipher) = &self.keys[0];
+        let mut plaintext = Vec::with_capacity(FIXED_CLAIMS_LEN + claims.principal.len());
+        plaintext.extend_from_slice(&claims.expires_at.to_be_bytes());
+        plaintext.extend_from_slice(claims.continuation.as_bytes());
+        plaintext.extend_from_slice(&claims.request_digest);
+        plaintext.extend_from_slice(claims.principal.as_bytes());
+
+        let header = header(key_id);
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::thread_rng().fill_bytes(&mut nonce);
+        let sealed = cipher
+            .encrypt(
+                &XNonce::from(nonce),
+                Payload {
+                    msg: &plaintext,
+                    aad: &header,
+                },
+            )
+            .unwrap_or_else(|_| unreachable!("encryption of an in-memory buffer cannot fail"));
+
+        let mut out = header;
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&sealed);
+        URL_SAFE_NO_PAD.encode(out)
+    }
+
+    pub fn open(&self, state: &str) -> Result<StateClaims, SealError> {
+        let raw = URL_SAFE_NO_PAD
+            .decode(state)
+            .map_err(|_| SealError::Tampered)?;
+        let (&version, rest) = raw.split_first().ok_or(SealError::Tampered)?;
+        let (&id_len, rest) = rest.split_first().ok_or(SealError::Tampered)?;
+        if version != FORMAT_VERSION || rest.len() < id_len as usize + NONCE_LEN {
+            return Err(SealError::Tampered);
+        }
+        let (key_id, rest) = rest.split_at(id_len as usize);
+        let key_id = std::str::from_utf8(key_id).map_err(|_| SealError::Tampered)?;
+        let (nonce, sealed) = rest.split_at(NONCE_LEN);
+        let cipher = self
+            .keys
+            .iter()
+            .find(|(id, _)| id == key_id)
+            .map(|(_, cipher)| cipher)
+            .ok_or_else(|| SealError::UnknownKey(key_id.to_owned()))?;
+        let nonce: [u8; NONCE_LEN] = nonce.try_into().map_err(|_| SealError::Tampered)?;
+        let plaintext = cipher
+            .decrypt(
+                &XNonce::from(nonce),
+                Payload {
+                    msg: sealed,
+                    aad: &header(key_id),
+                },
+            )
+            .map_err(|_| SealError::Tampered)?;
+        if plaintext.len() < FIXED_CLAIMS_LEN {
+            return Err(SealError::Tampered);
+        }
+        let (expiry, rest) = plaintext.split_at(8);
+        let (continuation, rest) = rest.split_at(16);
+        let (digest, principal) = rest.split_at(32);
+        Ok(StateClaims {
+            continuation: ContinuationId::from_slice(continuation).ok_or(SealError::Tampered)?,
+            principal: String::from_utf8(principal.to_vec()).map_err(|_| SealError::Tampered)?,
+            request_digest: digest.try_into().map_err(|_| SealError::Tampered)?,
+            expires_at: u64::from_be_bytes(expiry.try_into().map_err(|_| SealError::Tampered)?),
+        })
+    }
+}
+
+fn header(key_id: &str) -> Vec<u8> {
+    let mut header = Vec::with_capacity(2 + key_id.len() + NONCE_LEN);
+    header.push(FORMAT_VERSION);
+    header.push(key_id.len() as u8);
+    header.extend_from_slice(key_id.as_bytes());
+    header
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims() -> StateClaims {
+        StateClaims {
+            continuation: ContinuationId::from_slice(&[1; 16]).unwrap(),
+            principal: "user:alice".into(),
+            request_digest: [7; 32],
+            expires_at: 1_900_000_000,
+        }
+    }
+
+    #[test]
+    fn a_sealed_state_opens_to_the_same_claims_and_differs_each_time() {
+        let sealer = StateSealer::generate();
+        let claims = claims();
+        let first = sealer.seal(&claims);
+        let second = sealer.seal(&claims);
+        assert_ne!(first, second, "a fresh nonce each time");
+        assert_eq!(sealer.open(&first), Ok(claims.clone()));
+        assert_eq!(sealer.open(&second), Ok(claims));
+    }
+
+    #[test]
+    fn any_change_to_the_state_is_detected() {
+        let sealer = StateSealer::generate();
+        let state = sealer.seal(&claims());
+        assert_eq!(
+            sealer.open(&format!("{state}-TAMPERED")),
+            Err(SealError::Tampered)
+        );
+        let mut flipped = state.clone().into_bytes();
+        let middle = flipped.len() / 2;
+        flipped[middle] = if flipped[middle] == b'A' { b'B' } else { b'A' };
+        assert_eq!(
+            sealer.open(std::str::from_utf8(&flipped).unwrap()),
+            Err(SealError::Tampered)
+        );
+        assert_eq!(
+            sealer.open(&state[..state.len() - 4]),
+            Err(SealError::Tampered)
+        );
+        assert_eq!(sealer.open("not base64!"), Err(SealError::Tampered));
+    }
+
+    #[test]
+    fn rotated_keys_still_open_states_sealed_with_the_old_key() {
+        let old = StateSealer::generate_spec("k1");
+        let new = StateSealer::generate_spec("k2");
+        let before = StateSealer::from_spec(&old).unwrap();
+        let state = before.seal(&claims());
+        let after = StateSealer::from_spec(&format!("{new},{old}")).unwrap();
+        assert_eq!(after.active_key_id(), "k2");
+        assert_eq!(after.open(&state), Ok(claims()));
+        let dropped = StateSealer::from_spec(&new).unwrap();
+        assert_eq!(
+            dropped.open(&state),
+            Err(SealError::UnknownKey("k1".into()))
+        );
+    }
+
+    #[test]
+    fn malformed_key_specs_are_refused() {
+        assert!(StateSealer::from_spec("").is_err());
+        assert!(StateSealer::from_spec("nokey").is_err());
+        assert!(StateSealer::from_spec("k1:c2hvcnQ=").is_err());
+        let key = StateSealer::generate_spec("same");
+        assert!(StateSealer::from_spec(&format!("{key},{key}")).is_err());
+    }
+}

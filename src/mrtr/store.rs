@@ -1,0 +1,166 @@
+//! Where a call's continuation waits between rounds: put with a time-to-live, take at most once.
+//!
+//! The in-memory store serves a single process; a shared store (Redis) lets any replica resume a
+//! call. Both make `take` atomic, which is what makes a `requestState` single-use.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rand::RngCore;
+
+/// The random name of one parked continuation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ContinuationId([u8; 16]);
+
+impl ContinuationId {
+    pub fn random() -> Self {
+        let mut id = [0u8; 16];
+        rand::thread_rng().fill_bytes(&mut id);
+        Self(id)
+    }
+
+    pub fn from_slice(bytes: &[u8]) -> Option<Self> {
+        bytes.try_into().ok().map(Self)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+
+    /// Lower-case hex, for use in store keys.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The store could not be reached or answered with an error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("continuation store unavailable: {0}")]
+pub struct StoreError(pub String);
+
+#[async_trait]
+pub trait ContinuationStore: Send + Sync + 'static {
+    /// Parks `payload` under `id` for at most `ttl`.
+    async fn put(
+        &self,
+        id: ContinuationId,
+        payload: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// Removes and returns the payload; `None` if it was never stored, expired or already taken.
+    async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError>;
+}
+
+#[derive(Clone)]
+struct Parked {
+    payload: Arc<[u8]>,
+    ttl: Duration,
+}
+
+struct PerEntryTtl;
+
+impl moka::Expiry<ContinuationId, Parked> for PerEntryTtl {
+    fn expire_after_create(
+        &self,
+        _: &ContinuationId,
+        parked: &Parked,
+        _: Instant,
+    ) -> Option<Duration> {
+        Some(parked.ttl)
+    }
+}
+
+/// A bounded, expiring store inside this process. When full, the least useful entries are evicted
+/// first; an evicted continuation is reported like an expired one.
+pub struct MemoryStore {
+    parked: moka::sync::Cache<ContinuationId, Parked>,
+}
+
+impl MemoryStore {
+    pub fn new(capacity: u64) -> Self {
+        Self {
+            parked: moka::sync::Cache::builder()
+                .max_capacity(capacity)
+                .expire_after(PerEntryTtl)
+                .build(),
+        }
+    }
+}
+
+#[async_trait]
+impl ContinuationStore for MemoryStore {
+    async fn put(
+        &self,
+        id: ContinuationId,
+        payload: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.parked.insert(
+            id,
+            Parked {
+                payload: payload.into(),
+                ttl,
+            },
+        );
+        Ok(())
+    }
+
+    async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self
+            .parked
+            .remove(&id)
+            .map(|parked| parked.payload.to_vec()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_continuation_is_taken_once() {
+        let store = MemoryStore::new(100);
+        let id = ContinuationId::random();
+        store
+            .put(id, b"state".to_vec(), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(store.take(id).await.unwrap(), Some(b"state".to_vec()));
+        assert_eq!(store.take(id).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn an_expired_continuation_is_gone() {
+        let store = MemoryStore::new(100);
+        let id = ContinuationId::random();
+        store
+            .put(id, b"state".to_vec(), Duration::from_millis(20))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(store.take(id).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn the_store_stays_within_its_capacity() {
+        let store = MemoryStore::new(50);
+        for _ in 0..500 {
+            store
+                .put(
+                    ContinuationId::random(),
+                    vec![0; 8],
+                    Duration::from_secs(60),
+                )
+                .await
+                .unwrap();
+        }
+        store.parked.run_pending_tasks();
+        assert!(
+            store.parked.entry_count() <= 50,
+            "{} entries",
+            store.parked.entry_count()
+        );
+    }
+}

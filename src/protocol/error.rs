@@ -1,0 +1,129 @@
+//! JSON-RPC errors as MCP defines them: the standard codes, the MCP-reserved codes with their typed
+//! `data`, and the HTTP status each one travels with on Streamable HTTP.
+
+use serde_json::{Value, json};
+
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+pub const INTERNAL_ERROR: i64 = -32603;
+pub const HEADER_MISMATCH: i64 = -32020;
+pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+/// A JSON-RPC error object, plus the HTTP status it is sent with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProtocolError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+    /// Set when the status differs from the one the code implies (a `_meta` error is -32602 but 400).
+    status_override: Option<u16>,
+}
+
+impl ProtocolError {
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+            status_override: None,
+        }
+    }
+
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status_override = Some(status);
+        self
+    }
+
+    pub fn parse_error(detail: impl std::fmt::Display) -> Self {
+        Self::new(PARSE_ERROR, format!("Parse error: {detail}")).with_status(400)
+    }
+
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        Self::new(INVALID_REQUEST, message).with_status(400)
+    }
+
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(INVALID_PARAMS, message)
+    }
+
+    /// A request whose `_meta` is missing or malformed: -32602 with HTTP 400.
+    pub fn invalid_meta(message: impl Into<String>) -> Self {
+        Self::invalid_params(message).with_status(400)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(INTERNAL_ERROR, message)
+    }
+
+    pub fn header_mismatch(message: impl Into<String>) -> Self {
+        Self::new(HEADER_MISMATCH, message)
+    }
+
+    /// The request needs client capabilities it did not declare; `required` is a
+    /// `ClientCapabilities` object such as `{"sampling":{}}`.
+    pub fn missing_capability(required: Value) -> Self {
+        let names: Vec<String> = required
+            .as_object()
+            .map(|caps| caps.keys().cloned().collect())
+            .unwrap_or_default();
+        Self::new(
+            MISSING_REQUIRED_CLIENT_CAPABILITY,
+            format!("Missing required client capability: {}", names.join(", ")),
+        )
+        .with_data(json!({ "requiredCapabilities": required }))
+    }
+
+    pub fn unsupported_version(requested: &str, supported: &[&str]) -> Self {
+        Self::new(
+            UNSUPPORTED_PROTOCOL_VERSION,
+            format!("Unsupported protocol version: {requested}"),
+        )
+        .with_data(json!({ "supported": supported, "requested": requested }))
+    }
+
+    /// The HTTP status this error is sent with when it is the whole response.
+    pub fn http_status(&self) -> u16 {
+        if let Some(status) = self.status_override {
+            return status;
+        }
+        match self.code {
+            PARSE_ERROR
+            | INVALID_REQUEST
+            | HEADER_MISMATCH
+            | MISSING_REQUIRED_CLIENT_CAPABILITY
+            | UNSUPPORTED_PROTOCOL_VERSION => 400,
+            METHOD_NOT_FOUND => 404,
+            INTERNAL_ERROR => 500,
+            _ => 200,
+        }
+    }
+
+    /// The `error` member of a JSON-RPC error response.
+    pub fn to_json(&self) -> Value {
+        let mut error = json!({ "code": self.code, "message": self.message });
+        if let Some(data) = &self.data {
+            error["data"] = data.clone();
+        }
+        error
+    }
+}
+
+impl std::fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for ProtocolError {}

@@ -1,0 +1,284 @@
+//! MRTR input requests (what a server asks the client for inside an `input_required` result) and
+//! input responses (the client's answers on the retry), with their validation.
+
+use serde::{Serialize, Serializer, ser::SerializeMap};
+use serde_json::{Map, Value, json};
+
+use super::error::ProtocolError;
+
+/// One question a server puts to the client: an elicitation, a sampling request or a roots listing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "method", content = "params")]
+pub enum InputRequest {
+    #[serde(rename = "elicitation/create")]
+    Elicit(ElicitParams),
+    #[serde(rename = "sampling/createMessage")]
+    Sample(SamplingParams),
+    #[serde(rename = "roots/list")]
+    ListRoots(EmptyParams),
+}
+
+impl InputRequest {
+    /// The client capability this request needs.
+    pub fn capability(&self) -> &'static str {
+        match self {
+            Self::Elicit(_) => "elicitation",
+            Self::Sample(_) => "sampling",
+            Self::ListRoots(_) => "roots",
+        }
+    }
+
+    /// The request as a JSON-RPC method and params, for a server-initiated request.
+    pub fn method(&self) -> &'static str {
+        match self {
+            Self::Elicit(_) => "elicitation/create",
+            Self::Sample(_) => "sampling/createMessage",
+            Self::ListRoots(_) => "roots/list",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct EmptyParams {}
+
+/// `elicitation/create` params: a form (a flat JSON schema) or a URL to open.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum ElicitParams {
+    Form {
+        message: String,
+        #[serde(rename = "requestedSchema")]
+        requested_schema: Value,
+    },
+    Url {
+        message: String,
+        url: String,
+    },
+}
+
+/// `sampling/createMessage` params.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SamplingParams {
+    pub messages: Vec<SamplingMessage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    pub max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+}
+
+impl SamplingParams {
+    /// One user message asking for a completion of at most `max_tokens`.
+    pub fn user_text(text: impl Into<String>, max_tokens: u32) -> Self {
+        Self {
+            messages: vec![SamplingMessage::user_text(text)],
+            system_prompt: None,
+            max_tokens,
+            temperature: None,
+        }
+    }
+
+    pub fn with_system_prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.system_prompt = Some(prompt.into());
+        self
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SamplingMessage {
+    pub role: &'static str,
+    pub content: Value,
+}
+
+impl SamplingMessage {
+    pub fn user_text(text: impl Into<String>) -> Self {
+        Self {
+            role: "user",
+            content: json!({ "type": "text", "text": text.into() }),
+        }
+    }
+}
+
+/// The questions of one round, serialized as an `InputRequests` map in the order they were asked
+/// (clients and the conformance suite read the first key first).
+pub struct OrderedRequests<'a>(pub &'a [(String, InputRequest)]);
+
+impl Serialize for OrderedRequests<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (key, request) in self.0 {
+            map.serialize_entry(key, request)?;
+        }
+        map.end()
+    }
+}
+
+/// The user's answer to an elicitation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Elicitation {
+    Accepted(Map<String, Value>),
+    Declined,
+    Cancelled,
+    /// The client did not declare the elicitation mode asked for, so the user was never asked.
+    Unsupported,
+}
+
+impl Elicitation {
+    /// Reads an `ElicitResult`.
+    pub fn from_response(key: &str, value: &Value) -> Result<Self, ProtocolError> {
+        let invalid = |why: &str| {
+            ProtocolError::invalid_params(format!(
+                "inputResponses.{key} is not a valid elicitation result: {why}"
+            ))
+        };
+        let object = value
+            .as_object()
+            .ok_or_else(|| invalid("expected an object"))?;
+        match object.get("action").and_then(Value::as_str) {
+            Some("accept") => match object.get("content") {
+                None | Some(Value::Null) => Ok(Self::Accepted(Map::new())),
+                Some(Value::Object(content)) => Ok(Self::Accepted(content.clone())),
+                Some(_) => Err(invalid("content must be an object")),
+            },
+            Some("decline") => Ok(Self::Declined),
+            Some("cancel") => Ok(Self::Cancelled),
+            Some(other) => Err(invalid(&format!("unknown action {other:?}"))),
+            None => Err(invalid("missing action")),
+        }
+    }
+
+    /// The accepted form content, if the user accepted.
+    pub fn content(&self) -> Option<&Map<String, Value>> {
+        match self {
+            Self::Accepted(content) => Some(content),
+            _ => None,
+        }
+    }
+}
+
+/// The client's answer to a sampling request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sampling {
+    Reply(SamplingReply),
+    /// The client did not declare sampling.
+    Unsupported,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingReply {
+    pub model: String,
+    pub text: String,
+    pub stop_reason: Option<String>,
+}
+
+impl Sampling {
+    /// Reads a `CreateMessageResult`, keeping the text of its content.
+    pub fn from_response(key: &str, value: &Value) -> Result<Self, ProtocolError> {
+        let invalid = |why: &str| {
+            ProtocolError::invalid_params(format!(
+                "inputResponses.{key} is not a valid sampling result: {why}"
+            ))
+        };
+        let object = value
+            .as_object()
+            .ok_or_else(|| invalid("expected an object"))?;
+        if object.get("role").and_then(Value::as_str).is_none() {
+            return Err(invalid("missing role"));
+        }
+        let content = object
+            .get("content")
+            .ok_or_else(|| invalid("missing content"))?;
+        let blocks: Vec<&Value> = match content {
+            Value::Array(blocks) => blocks.iter().collect(),
+            Value::Object(_) => vec![content],
+            _ => {
+                return Err(invalid(
+                    "content must be a content block or an array of them",
+                ));
+            }
+        };
+        let text = blocks
+            .iter()
+            .filter(|block| block.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|block| block.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n");
+        Ok(Self::Reply(SamplingReply {
+            model: object
+                .get("model")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            text,
+            stop_reason: object
+                .get("stopReason")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        }))
+    }
+}
+
+/// A root the client exposes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Root {
+    pub uri: String,
+    pub name: Option<String>,
+}
+
+/// The client's answer to a roots listing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Roots {
+    Listed(Vec<Root>),
+    /// The client did not declare roots.
+    Unsupported,
+}
+
+impl Roots {
+    /// Reads a `ListRootsResult`.
+    pub fn from_response(key: &str, value: &Value) -> Result<Self, ProtocolError> {
+        let invalid = |why: &str| {
+            ProtocolError::invalid_params(format!(
+                "inputResponses.{key} is not a valid roots result: {why}"
+            ))
+        };
+        let roots = value
+            .get("roots")
+            .and_then(Value::as_array)
+            .ok_or_else(|| invalid("expected an object with a roots array"))?;
+        roots
+            .iter()
+            .map(|root| {
+                let uri = root
+                    .get("uri")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| invalid("a root has no uri"))?;
+                Ok(Root {
+                    uri: uri.to_owned(),
+                    name: root.get("name").and_then(Value::as_str).map(str::to_owned),
+                })
+            })
+            .collect::<Result<_, _>>()
+            .map(Self::Listed)
+    }
+}
+
+/// Reads the `inputResponses` member of a retry: absent, or an object whose values are objects.
+pub fn parse_input_responses(
+    params: &Map<String, Value>,
+) -> Result<Map<String, Value>, ProtocolError> {
+    match params.get("inputResponses") {
+        None => Ok(Map::new()),
+        Some(Value::Object(responses)) => {
+            if let Some((key, _)) = responses.iter().find(|(_, v)| !v.is_object()) {
+                return Err(ProtocolError::invalid_params(format!(
+                    "inputResponses.{key} must be an object (an ElicitResult, CreateMessageResult or ListRootsResult)"
+                )));
+            }
+            Ok(responses.clone())
+        }
+        Some(_) => Err(ProtocolError::invalid_params(
+            "inputResponses must be an object",
+        )),
+    }
+}

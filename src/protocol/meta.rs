@@ -1,0 +1,160 @@
+//! Per-request `_meta`: the protocol version, client identity and capabilities every 2026-07-28
+//! request carries, and the optional log level, progress token and trace context.
+
+use serde_json::{Map, Value};
+
+use super::error::ProtocolError;
+use super::version::{
+    META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION,
+};
+
+/// What one request says about itself in `params._meta`.
+#[derive(Debug, Clone)]
+pub struct RequestMeta {
+    pub protocol_version: String,
+    pub client_info: Option<Value>,
+    pub capabilities: ClientCapabilities,
+    pub log_level: Option<LogLevel>,
+    pub progress_token: Option<Value>,
+    pub traceparent: Option<String>,
+}
+
+impl RequestMeta {
+    /// Reads `_meta` from a request's params. Missing or malformed required keys give -32602
+    /// with HTTP 400, as the transport binding requires.
+    pub fn from_params(params: &Map<String, Value>) -> Result<Self, ProtocolError> {
+        let Some(meta) = params.get("_meta") else {
+            return Err(ProtocolError::invalid_meta("Missing params._meta"));
+        };
+        let Some(meta) = meta.as_object() else {
+            return Err(ProtocolError::invalid_meta(
+                "params._meta must be an object",
+            ));
+        };
+        let protocol_version = match meta.get(META_PROTOCOL_VERSION) {
+            Some(Value::String(version)) => version.clone(),
+            Some(_) => {
+                return Err(ProtocolError::invalid_meta(format!(
+                    "_meta {META_PROTOCOL_VERSION} must be a string"
+                )));
+            }
+            None => {
+                return Err(ProtocolError::invalid_meta(format!(
+                    "Missing _meta {META_PROTOCOL_VERSION}"
+                )));
+            }
+        };
+        let capabilities = match meta.get(META_CLIENT_CAPABILITIES) {
+            Some(Value::Object(caps)) => ClientCapabilities::from_object(caps),
+            Some(_) => {
+                return Err(ProtocolError::invalid_meta(format!(
+                    "_meta {META_CLIENT_CAPABILITIES} must be an object"
+                )));
+            }
+            None => {
+                return Err(ProtocolError::invalid_meta(format!(
+                    "Missing _meta {META_CLIENT_CAPABILITIES}"
+                )));
+            }
+        };
+        let log_level = match meta.get(META_LOG_LEVEL) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(level)) => Some(LogLevel::parse(level).ok_or_else(|| {
+                ProtocolError::invalid_meta(format!(
+                    "Unknown log level in _meta {META_LOG_LEVEL}: {level}"
+                ))
+            })?),
+            Some(_) => {
+                return Err(ProtocolError::invalid_meta(format!(
+                    "_meta {META_LOG_LEVEL} must be a string"
+                )));
+            }
+        };
+        let progress_token = match meta.get("progressToken") {
+            None | Some(Value::Null) => None,
+            Some(token @ (Value::String(_) | Value::Number(_))) => Some(token.clone()),
+            Some(_) => {
+                return Err(ProtocolError::invalid_meta(
+                    "_meta progressToken must be a string or a number",
+                ));
+            }
+        };
+        Ok(Self {
+            protocol_version,
+            client_info: meta.get(META_CLIENT_INFO).cloned(),
+            capabilities,
+            log_level,
+            progress_token,
+            traceparent: meta
+                .get("traceparent")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        })
+    }
+}
+
+/// The client capabilities declared on one request. Never carried over between requests.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClientCapabilities {
+    pub elicitation_form: bool,
+    pub elicitation_url: bool,
+    pub sampling: bool,
+    pub roots: bool,
+}
+
+impl ClientCapabilities {
+    pub fn from_object(caps: &Map<String, Value>) -> Self {
+        let elicitation = caps.get("elicitation").and_then(Value::as_object);
+        // An empty `elicitation` object declares form mode, for compatibility with 2025-06-18.
+        let elicitation_form = elicitation.is_some_and(|e| e.is_empty() || e.contains_key("form"));
+        let elicitation_url = elicitation.is_some_and(|e| e.contains_key("url"));
+        Self {
+            elicitation_form,
+            elicitation_url,
+            sampling: caps.get("sampling").is_some_and(Value::is_object),
+            roots: caps.get("roots").is_some_and(Value::is_object),
+        }
+    }
+}
+
+/// Log severities, in the syslog order MCP uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LogLevel {
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "debug" => Self::Debug,
+            "info" => Self::Info,
+            "notice" => Self::Notice,
+            "warning" => Self::Warning,
+            "error" => Self::Error,
+            "critical" => Self::Critical,
+            "alert" => Self::Alert,
+            "emergency" => Self::Emergency,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Notice => "notice",
+            Self::Warning => "warning",
+            Self::Error => "error",
+            Self::Critical => "critical",
+            Self::Alert => "alert",
+            Self::Emergency => "emergency",
+        }
+    }
+}

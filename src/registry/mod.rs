@@ -1,0 +1,105 @@
+//! What a server offers: tools, prompts, resources and resource templates, each a definition (what
+//! `*/list` shows) plus the handler that serves it. Handlers receive a [`RequestContext`] and may
+//! ask the client for input through it; the registry itself knows nothing about rounds or HTTP.
+
+mod prompt;
+mod resource;
+mod tool;
+
+use std::future::Future;
+use std::pin::Pin;
+
+pub use prompt::{Prompt, PromptArgument};
+pub use resource::{Resource, ResourceTemplate, TemplateVars};
+pub use tool::{HeaderParam, NoArguments, Tool, schema_of};
+
+pub use crate::mrtr::RequestContext;
+
+/// A boxed, sendable future, the shape every stored handler returns.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Everything a server offers, in the order it was registered (lists are deterministic).
+#[derive(Default)]
+pub struct Registry {
+    tools: Vec<Tool>,
+    prompts: Vec<Prompt>,
+    resources: Vec<Resource>,
+    templates: Vec<ResourceTemplate>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add_tool(&mut self, tool: Tool) -> &mut Self {
+        self.tools.retain(|t| t.name != tool.name);
+        self.tools.push(tool);
+        self
+    }
+
+    pub fn add_prompt(&mut self, prompt: Prompt) -> &mut Self {
+        self.prompts.retain(|p| p.name != prompt.name);
+        self.prompts.push(prompt);
+        self
+    }
+
+    pub fn add_resource(&mut self, resource: Resource) -> &mut Self {
+        self.resources.retain(|r| r.uri != resource.uri);
+        self.resources.push(resource);
+        self
+    }
+
+    pub fn add_template(&mut self, template: ResourceTemplate) -> &mut Self {
+        self.templates.push(template);
+        self
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+
+    pub fn prompt(&self, name: &str) -> Option<&Prompt> {
+        self.prompts.iter().find(|p| p.name == name)
+    }
+
+    pub fn resource(&self, uri: &str) -> Option<&Resource> {
+        self.resources.iter().find(|r| r.uri == uri)
+    }
+
+    /// The first template whose pattern matches `uri`, with the values it captured.
+    pub fn template_for(&self, uri: &str) -> Option<(&ResourceTemplate, TemplateVars)> {
+        self.templates
+            .iter()
+            .find_map(|t| t.matches(uri).map(|vars| (t, vars)))
+    }
+
+    /// Tools shown in `tools/list` (hidden ones are callable but not listed).
+    pub fn listed_tools(&self) -> impl Iterator<Item = &Tool> {
+        self.tools.iter().filter(|t| !t.hidden)
+    }
+
+    pub fn prompts(&self) -> &[Prompt] {
+        &self.prompts
+    }
+
+    pub fn resources(&self) -> &[Resource] {
+        &self.resources
+    }
+
+    pub fn templates(&self) -> &[ResourceTemplate] {
+        &self.templates
+    }
+
+    pub fn has_tools(&self) -> bool {
+        !self.tools.is_empty()
+    }
+
+    pub fn has_prompts(&self) -> bool {
+        !self.prompts.is_empty()
+    }
+
+    pub fn has_resources(&self) -> bool {
+        !self.resources.is_empty() || !self.templates.is_empty()
+    }
+}

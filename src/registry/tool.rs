@@ -1,0 +1,202 @@
+//! Tools: a definition with JSON schemas (from schemars or written by hand) and a handler.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+use super::BoxFuture;
+use crate::mrtr::{HandlerError, RequestContext};
+use crate::protocol::content::CallToolResult;
+
+type ToolHandler =
+    dyn Fn(RequestContext, Value) -> BoxFuture<Result<CallToolResult, HandlerError>> + Send + Sync;
+
+/// A tool parameter mirrored into an `Mcp-Param-{name}` header (`x-mcp-header` in its schema).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeaderParam {
+    pub header: String,
+    /// The chain of `properties` keys leading to the parameter.
+    pub path: Vec<String>,
+}
+
+pub struct Tool {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: String,
+    pub input_schema: Value,
+    pub output_schema: Option<Value>,
+    pub annotations: Option<Value>,
+    /// Callable but not listed (e.g. test hooks).
+    pub hidden: bool,
+    pub header_params: Vec<HeaderParam>,
+    handler: Arc<ToolHandler>,
+}
+
+impl Tool {
+    /// A tool whose arguments are `A`: its input schema comes from schemars, and arguments that do
+    /// not fit become a tool error the model can read and correct.
+    pub fn new<A, F, Fut>(name: &str, description: &str, handler: F) -> Self
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(RequestContext, A) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<CallToolResult, HandlerError>> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let erased =
+            move |ctx: RequestContext,
+                  arguments: Value|
+                  -> BoxFuture<Result<CallToolResult, HandlerError>> {
+                match serde_json::from_value::<A>(arguments) {
+                    Ok(args) => Box::pin(handler(ctx, args)),
+                    Err(e) => Box::pin(async move {
+                        Ok(CallToolResult::error(format!("Invalid arguments: {e}")))
+                    }),
+                }
+            };
+        Self::with_raw_schema(name, description, schema_of::<A>(), erased)
+    }
+
+    /// A tool with a hand-written input schema and raw JSON arguments.
+    pub fn with_raw_schema<F, Fut>(
+        name: &str,
+        description: &str,
+        input_schema: Value,
+        handler: F,
+    ) -> Self
+    where
+        F: Fn(RequestContext, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<CallToolResult, HandlerError>> + Send + 'static,
+    {
+        let header_params = header_params(&input_schema);
+        Self {
+            name: name.to_owned(),
+            title: None,
+            description: description.to_owned(),
+            input_schema,
+            output_schema: None,
+            annotations: None,
+            hidden: false,
+            header_params,
+            handler: Arc::new(move |ctx, args| Box::pin(handler(ctx, args))),
+        }
+    }
+
+    pub fn title(mut self, title: &str) -> Self {
+        self.title = Some(title.to_owned());
+        self
+    }
+
+    /// Declares the shape of `structuredContent`.
+    pub fn output<O: JsonSchema>(mut self) -> Self {
+        self.output_schema = Some(schema_of::<O>());
+        self
+    }
+
+    /// Behaviour hints (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`).
+    pub fn annotations(mut self, annotations: Value) -> Self {
+        self.annotations = Some(annotations);
+        self
+    }
+
+    pub fn hidden(mut self) -> Self {
+        self.hidden = true;
+        self
+    }
+
+    pub fn call(
+        &self,
+        ctx: RequestContext,
+        arguments: Value,
+    ) -> BoxFuture<Result<CallToolResult, HandlerError>> {
+        (self.handler)(ctx, arguments)
+    }
+
+    /// The definition shown in `tools/list`.
+    pub fn definition(&self) -> Value {
+        let mut def = Map::new();
+        def.insert("name".into(), json!(self.name));
+        if let Some(title) = &self.title {
+            def.insert("title".into(), json!(title));
+        }
+        def.insert("description".into(), json!(self.description));
+        def.insert("inputSchema".into(), self.input_schema.clone());
+        if let Some(schema) = &self.output_schema {
+            def.insert("outputSchema".into(), schema.clone());
+        }
+        if let Some(annotations) = &self.annotations {
+            def.insert("annotations".into(), annotations.clone());
+        }
+        Value::Object(def)
+    }
+}
+
+/// A JSON schema for `T` as a tool schema: an object at the root, without the `$schema` and
+/// `title` noise schemars adds.
+pub fn schema_of<T: JsonSchema>() -> Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_else(|_| json!({}));
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("$schema");
+        object.remove("title");
+        object.entry("type").or_insert_with(|| json!("object"));
+        if object.get("type") == Some(&json!("object")) {
+            object.entry("properties").or_insert_with(|| json!({}));
+        }
+    }
+    schema
+}
+
+/// Finds `x-mcp-header` annotations on properties reachable through `properties` chains.
+fn header_params(schema: &Value) -> Vec<HeaderParam> {
+    fn walk(schema: &Value, path: &mut Vec<String>, found: &mut Vec<HeaderParam>) {
+        let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+            return;
+        };
+        for (name, property) in properties {
+            path.push(name.clone());
+            if let Some(header) = property.get("x-mcp-header").and_then(Value::as_str) {
+                found.push(HeaderParam {
+                    header: header.to_owned(),
+                    path: path.clone(),
+                });
+            }
+            walk(property, path, found);
+            path.pop();
+        }
+    }
+    let mut found = Vec::new();
+    walk(schema, &mut Vec::new(), &mut found);
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_annotations_are_found_with_their_paths() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "region": {"type": "string", "x-mcp-header": "Region"},
+                "target": {"type": "object", "properties": {"zone": {"type": "string", "x-mcp-header": "Zone"}}}
+            }
+        });
+        let params = header_params(&schema);
+        assert_eq!(params.len(), 2);
+        assert!(params.contains(&HeaderParam {
+            header: "Region".into(),
+            path: vec!["region".into()]
+        }));
+        assert!(params.contains(&HeaderParam {
+            header: "Zone".into(),
+            path: vec!["target".into(), "zone".into()]
+        }));
+    }
+}
+
+/// The arguments of a tool that takes none.
+#[derive(Debug, Default, serde::Deserialize, JsonSchema)]
+pub struct NoArguments {}

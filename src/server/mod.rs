@@ -1,0 +1,395 @@
+//! The protocol server: method dispatch for the 2026-07-28 wire over a [`Registry`], with the MRTR
+//! [`Engine`] for the methods that may ask for input. It turns requests into results or JSON-RPC
+//! errors and knows nothing about HTTP.
+
+pub mod events;
+
+use std::sync::Arc;
+
+use serde::{Serialize, Serializer};
+use serde_json::{Map, Value, json};
+
+pub use events::{Events, ServerEvent, Subscription};
+
+use crate::auth::Principal;
+use crate::mrtr::{Call, Engine, InputRequired, Notifier, Outcome};
+use crate::protocol::version::{self, META_SERVER_INFO};
+use crate::protocol::{ProtocolError, RequestMeta};
+use crate::registry::Registry;
+
+/// The identity a server reports in `server/discover`.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    pub name: String,
+    pub version: String,
+    pub instructions: Option<String>,
+}
+
+/// Freshness hints on cacheable results (`ttlMs`).
+#[derive(Debug, Clone, Copy)]
+pub struct CachePolicy {
+    pub discover_ttl_ms: u64,
+    pub list_ttl_ms: u64,
+    pub read_ttl_ms: u64,
+}
+
+impl Default for CachePolicy {
+    fn default() -> Self {
+        Self {
+            discover_ttl_ms: 3_600_000,
+            list_ttl_ms: 300_000,
+            read_ttl_ms: 60_000,
+        }
+    }
+}
+
+/// Who asks, with what `_meta`, and where request-scoped notifications go.
+pub struct RequestEnv {
+    pub principal: Principal,
+    pub meta: RequestMeta,
+    pub notifier: Option<Notifier>,
+}
+
+/// A successful answer to a request.
+pub enum Reply {
+    Complete(Value),
+    InputRequired(InputRequired),
+}
+
+impl Serialize for Reply {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Complete(value) => value.serialize(serializer),
+            Self::InputRequired(input) => input.serialize(serializer),
+        }
+    }
+}
+
+/// Methods of the 2026-07-28 wire this server implements.
+const METHODS: [&str; 10] = [
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "completion/complete",
+    "subscriptions/listen",
+];
+
+pub struct Server {
+    registry: Registry,
+    engine: Engine,
+    info: ServerInfo,
+    events: Events,
+    cache: CachePolicy,
+}
+
+impl Server {
+    pub fn new(registry: Registry, engine: Engine, info: ServerInfo, events: Events) -> Arc<Self> {
+        Arc::new(Self {
+            registry,
+            engine,
+            info,
+            events,
+            cache: CachePolicy::default(),
+        })
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Whether `method` exists on this server (others get -32601 / HTTP 404).
+    pub fn implements(&self, method: &str) -> bool {
+        METHODS.contains(&method)
+            && match method.split('/').next() {
+                Some("tools") => self.registry.has_tools(),
+                Some("prompts") => self.registry.has_prompts(),
+                Some("resources") => self.registry.has_resources(),
+                _ => true,
+            }
+    }
+
+    /// The capabilities declared in `server/discover`.
+    pub fn capabilities(&self) -> Value {
+        let mut caps = Map::new();
+        if self.registry.has_tools() {
+            caps.insert("tools".into(), json!({ "listChanged": true }));
+        }
+        if self.registry.has_prompts() {
+            caps.insert("prompts".into(), json!({ "listChanged": true }));
+        }
+        if self.registry.has_resources() {
+            caps.insert(
+                "resources".into(),
+                json!({ "listChanged": true, "subscribe": true }),
+            );
+        }
+        caps.insert("completions".into(), json!({}));
+        caps.insert("logging".into(), json!({}));
+        Value::Object(caps)
+    }
+
+    /// Handles one request of the 2026-07-28 wire (`subscriptions/listen` is the transport's).
+    pub async fn handle(
+        &self,
+        method: &str,
+        params: &Map<String, Value>,
+        env: RequestEnv,
+    ) -> Result<Reply, ProtocolError> {
+        let (result, ttl_ms, scope) = match method {
+            "server/discover" => (self.discover(), Some(self.cache.discover_ttl_ms), "public"),
+            "tools/list" => {
+                let tools: Vec<Value> = self
+                    .registry
+                    .listed_tools()
+                    .map(|t| t.definition())
+                    .collect();
+                (
+                    json!({ "tools": tools }),
+                    Some(self.cache.list_ttl_ms),
+                    "public",
+                )
+            }
+            "prompts/list" => {
+                let prompts: Vec<Value> = self
+                    .registry
+                    .prompts()
+                    .iter()
+                    .map(|p| p.definition())
+                    .collect();
+                (
+                    json!({ "prompts": prompts }),
+                    Some(self.cache.list_ttl_ms),
+                    "public",
+                )
+            }
+            "resources/list" => {
+                let resources: Vec<Value> = self
+                    .registry
+                    .resources()
+                    .iter()
+                    .map(|r| r.definition())
+                    .collect();
+                (
+                    json!({ "resources": resources }),
+                    Some(self.cache.list_ttl_ms),
+                    "public",
+                )
+            }
+            "resources/templates/list" => {
+                let templates: Vec<Value> = self
+                    .registry
+                    .templates()
+                    .iter()
+                    .map(|t| t.definition())
+                    .collect();
+                (
+                    json!({ "resourceTemplates": templates }),
+                    Some(self.cache.list_ttl_ms),
+                    "public",
+                )
+            }
+            "completion/complete" => (self.complete(params)?, None, ""),
+            "tools/call" => return self.call_tool(params, env).await,
+            "prompts/get" => return self.get_prompt(params, env).await,
+            "resources/read" => match self.read_resource(params, env).await? {
+                Reply::Complete(result) => (result, Some(self.cache.read_ttl_ms), "private"),
+                input_required => return Ok(input_required),
+            },
+            other => return Err(ProtocolError::method_not_found(other)),
+        };
+        Ok(Reply::Complete(complete(
+            result,
+            ttl_ms.map(|ttl| (ttl, scope)),
+        )))
+    }
+
+    fn discover(&self) -> Value {
+        let mut result = json!({
+            "supportedVersions": version::supported(),
+            "capabilities": self.capabilities(),
+            "_meta": { META_SERVER_INFO: { "name": self.info.name, "version": self.info.version } },
+        });
+        if let Some(instructions) = &self.info.instructions {
+            result["instructions"] = json!(instructions);
+        }
+        result
+    }
+
+    async fn call_tool(
+        &self,
+        params: &Map<String, Value>,
+        env: RequestEnv,
+    ) -> Result<Reply, ProtocolError> {
+        let name = required_str(params, "name")?;
+        let tool = self
+            .registry
+            .tool(name)
+            .ok_or_else(|| ProtocolError::invalid_params(format!("Unknown tool: {name}")))?;
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => Value::Object(Map::new()),
+            Some(args @ Value::Object(_)) => args.clone(),
+            Some(_) => return Err(ProtocolError::invalid_params("arguments must be an object")),
+        };
+        let call = self.call("tools/call", name, &arguments, params, &env);
+        let outcome = self
+            .engine
+            .run(call, |ctx| tool.call(ctx, arguments.clone()))
+            .await?;
+        Ok(finish(outcome))
+    }
+
+    async fn get_prompt(
+        &self,
+        params: &Map<String, Value>,
+        env: RequestEnv,
+    ) -> Result<Reply, ProtocolError> {
+        let name = required_str(params, "name")?;
+        let prompt = self
+            .registry
+            .prompt(name)
+            .ok_or_else(|| ProtocolError::invalid_params(format!("Unknown prompt: {name}")))?;
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(args)) => args.clone(),
+            Some(_) => return Err(ProtocolError::invalid_params("arguments must be an object")),
+        };
+        let missing = prompt.missing_arguments(&arguments);
+        if !missing.is_empty() {
+            return Err(ProtocolError::invalid_params(format!(
+                "Missing required arguments: {}",
+                missing.join(", ")
+            )));
+        }
+        let bound = Value::Object(arguments.clone());
+        let call = self.call("prompts/get", name, &bound, params, &env);
+        let outcome = self
+            .engine
+            .run(call, |ctx| prompt.get(ctx, arguments))
+            .await?;
+        Ok(finish(outcome))
+    }
+
+    async fn read_resource(
+        &self,
+        params: &Map<String, Value>,
+        env: RequestEnv,
+    ) -> Result<Reply, ProtocolError> {
+        let uri = required_str(params, "uri")?;
+        let call = self.call("resources/read", uri, &Value::Null, params, &env);
+        let outcome = if let Some(resource) = self.registry.resource(uri) {
+            self.engine.run(call, |ctx| resource.read(ctx)).await?
+        } else if let Some((template, vars)) = self.registry.template_for(uri) {
+            self.engine
+                .run(call, |ctx| template.read(ctx, uri.to_owned(), vars))
+                .await?
+        } else {
+            return Err(
+                ProtocolError::invalid_params(format!("Resource not found: {uri}"))
+                    .with_data(json!({ "uri": uri })),
+            );
+        };
+        Ok(match outcome {
+            Outcome::Complete(result) => Reply::Complete(to_value(&result)),
+            Outcome::InputRequired(input) => Reply::InputRequired(input),
+        })
+    }
+
+    fn complete(&self, params: &Map<String, Value>) -> Result<Value, ProtocolError> {
+        let reference = params
+            .get("ref")
+            .and_then(Value::as_object)
+            .ok_or_else(|| ProtocolError::invalid_params("Missing ref"))?;
+        let argument = params
+            .get("argument")
+            .and_then(Value::as_object)
+            .ok_or_else(|| ProtocolError::invalid_params("Missing argument"))?;
+        let arg_name = required_str(argument, "name")?;
+        let prefix = argument
+            .get("value")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let values = match reference.get("type").and_then(Value::as_str) {
+            Some("ref/prompt") => {
+                let name = required_str(reference, "name")?;
+                let prompt = self.registry.prompt(name).ok_or_else(|| {
+                    ProtocolError::invalid_params(format!("Unknown prompt: {name}"))
+                })?;
+                prompt.complete(arg_name, prefix)
+            }
+            Some("ref/resource") => Vec::new(),
+            _ => {
+                return Err(ProtocolError::invalid_params(
+                    "ref.type must be ref/prompt or ref/resource",
+                ));
+            }
+        };
+        let total = values.len();
+        let shown: Vec<String> = values.into_iter().take(100).collect();
+        Ok(json!({ "completion": { "values": shown, "total": total, "hasMore": total > 100 } }))
+    }
+
+    fn call<'a>(
+        &self,
+        method: &'a str,
+        name: &'a str,
+        arguments: &'a Value,
+        params: &'a Map<String, Value>,
+        env: &'a RequestEnv,
+    ) -> Call<'a> {
+        Call {
+            method,
+            name,
+            arguments,
+            params,
+            principal: &env.principal,
+            meta: &env.meta,
+            notifier: env.notifier.clone(),
+        }
+    }
+}
+
+fn required_str<'a>(params: &'a Map<String, Value>, key: &str) -> Result<&'a str, ProtocolError> {
+    match params.get(key) {
+        Some(Value::String(value)) => Ok(value),
+        Some(_) => Err(ProtocolError::invalid_params(format!(
+            "{key} must be a string"
+        ))),
+        None => Err(ProtocolError::invalid_params(format!("Missing {key}"))),
+    }
+}
+
+fn to_value<T: Serialize>(result: &T) -> Value {
+    serde_json::to_value(result).unwrap_or_else(|_| json!({}))
+}
+
+fn finish<T: Serialize>(outcome: Outcome<T>) -> Reply {
+    match outcome {
+        Outcome::Complete(result) => Reply::Complete(complete(to_value(&result), None)),
+        Outcome::InputRequired(input) => Reply::InputRequired(input),
+    }
+}
+
+/// Marks a result `complete` and adds caching hints where the method is cacheable.
+fn complete(mut result: Value, cache: Option<(u64, &str)>) -> Value {
+    if let Some(object) = result.as_object_mut() {
+        object.insert("resultType".into(), json!("complete"));
+        if let Some((ttl_ms, scope)) = cache {
+            object.insert("ttlMs".into(), json!(ttl_ms));
+            object.insert("cacheScope".into(), json!(scope));
+        }
+    }
+    result
+}

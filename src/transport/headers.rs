@@ -1,0 +1,144 @@
+//! Checks that the routing headers a client mirrors from the body (`Mcp-Method`, `Mcp-Name`,
+//! `Mcp-Param-*`) say the same as the body, decoding the `=?base64?…?=` sentinel form.
+
+use axum::http::HeaderMap;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Map, Value};
+
+use crate::protocol::ProtocolError;
+use crate::registry::HeaderParam;
+
+/// Reads a header as text, trimmed. Header names are case-insensitive (HeaderMap folds them).
+pub fn header_text<'a>(
+    headers: &'a HeaderMap,
+    name: &str,
+) -> Result<Option<&'a str>, ProtocolError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) => value.to_str().map(|text| Some(text.trim())).map_err(|_| {
+            ProtocolError::header_mismatch(format!(
+                "{name} header contains characters that are not visible ASCII"
+            ))
+        }),
+    }
+}
+
+/// Decodes a header value that may use the Base64 sentinel form.
+pub fn decode_sentinel(name: &str, raw: &str) -> Result<String, ProtocolError> {
+    let Some(encoded) = raw
+        .strip_prefix("=?base64?")
+        .and_then(|rest| rest.strip_suffix("?="))
+    else {
+        return Ok(raw.to_owned());
+    };
+    let bytes = STANDARD.decode(encoded).map_err(|_| {
+        ProtocolError::header_mismatch(format!(
+            "{name} header has invalid Base64 in its =?base64?…?= value"
+        ))
+    })?;
+    String::from_utf8(bytes).map_err(|_| {
+        ProtocolError::header_mismatch(format!("{name} header decodes to invalid UTF-8"))
+    })
+}
+
+/// `Mcp-Method` must be present and equal the body's method.
+pub fn check_method(headers: &HeaderMap, method: &str) -> Result<(), ProtocolError> {
+    match header_text(headers, "mcp-method")? {
+        None => Err(ProtocolError::header_mismatch("Missing Mcp-Method header")),
+        Some(value) if value == method => Ok(()),
+        Some(value) => Err(ProtocolError::header_mismatch(format!(
+            "Header mismatch: Mcp-Method header value '{value}' does not match body value '{method}'"
+        ))),
+    }
+}
+
+/// `Mcp-Name` must be present on `tools/call`, `prompts/get` and `resources/read`, and equal
+/// `params.name` or `params.uri` once decoded.
+pub fn check_name(
+    headers: &HeaderMap,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<(), ProtocolError> {
+    let field = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        _ => return Ok(()),
+    };
+    let Some(raw) = header_text(headers, "mcp-name")? else {
+        return Err(ProtocolError::header_mismatch("Missing Mcp-Name header"));
+    };
+    let header = decode_sentinel("Mcp-Name", raw)?;
+    let body = params
+        .get(field)
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if header == body {
+        Ok(())
+    } else {
+        Err(ProtocolError::header_mismatch(format!(
+            "Header mismatch: Mcp-Name header value '{header}' does not match body value '{body}'"
+        )))
+    }
+}
+
+/// Every `x-mcp-header` parameter present in the arguments must arrive as a matching
+/// `Mcp-Param-{name}` header.
+pub fn check_params(
+    headers: &HeaderMap,
+    declared: &[HeaderParam],
+    arguments: Option<&Value>,
+) -> Result<(), ProtocolError> {
+    for param in declared {
+        let header_name = format!("mcp-param-{}", param.header.to_ascii_lowercase());
+        let display = format!("Mcp-Param-{}", param.header);
+        let body = arguments.and_then(|args| {
+            param
+                .path
+                .iter()
+                .try_fold(args, |value, key| value.get(key))
+        });
+        let raw = header_text(headers, &header_name)?;
+        let Some(body) = body.filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let Some(raw) = raw else {
+            return Err(ProtocolError::header_mismatch(format!(
+                "Missing {display} header for a parameter present in the body"
+            )));
+        };
+        let header = decode_sentinel(&display, raw)?;
+        let matches = match body {
+            Value::String(text) => &header == text,
+            Value::Bool(flag) => header == flag.to_string(),
+            Value::Number(number) => header.parse::<f64>().ok() == number.as_f64(),
+            _ => false,
+        };
+        if !matches {
+            return Err(ProtocolError::header_mismatch(format!(
+                "Header mismatch: {display} header does not match the body value"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentinel_values_are_decoded_and_plain_values_kept() {
+        assert_eq!(
+            decode_sentinel("h", "=?base64?SGVsbG8=?=").unwrap(),
+            "Hello"
+        );
+        assert_eq!(decode_sentinel("h", "SGVsbG8=").unwrap(), "SGVsbG8=");
+        assert_eq!(
+            decode_sentinel("h", "=?base64?SGVsbG8=").unwrap(),
+            "=?base64?SGVsbG8="
+        );
+        assert!(decode_sentinel("h", "=?base64?SGVsbG8?=").is_err());
+        assert!(decode_sentinel("h", "=?base64?SGVs!!!bG8=?=").is_err());
+    }
+}

@@ -1,0 +1,308 @@
+//! The POST handler: validation in the order the spec gives, then dispatch, then JSON or SSE.
+
+use std::sync::Arc;
+
+use axum::body::{Body, to_bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use bytes::Bytes;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use super::headers::{check_method, check_name, check_params, header_text};
+use super::{Endpoint, sse};
+use crate::auth::Principal;
+use crate::mrtr::Notifier;
+use crate::protocol::jsonrpc::{error_bytes, success_bytes};
+use crate::protocol::{Incoming, ProtocolError, RequestId, RequestMeta, version};
+use crate::server::{RequestEnv, Subscription};
+
+/// Methods whose handlers may stream progress or log messages before their result.
+const STREAMABLE: [&str; 3] = ["tools/call", "prompts/get", "resources/read"];
+
+pub(super) async fn post(
+    State(endpoint): State<Arc<Endpoint>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response<Body> {
+    if let Err(reason) = endpoint.options.origin.check(&headers) {
+        tracing::warn!("refused request: {reason}");
+        return error(
+            StatusCode::FORBIDDEN,
+            None,
+            &ProtocolError::invalid_request(reason),
+        );
+    }
+    if !is_json(&headers) {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            &ProtocolError::invalid_request("Content-Type must be application/json"),
+        );
+    }
+    let Some(accept) = Accept::from_headers(&headers) else {
+        return error(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            &ProtocolError::invalid_request(
+                "Accept must allow application/json or text/event-stream",
+            ),
+        );
+    };
+    let limit = endpoint.options.max_body_bytes;
+    let body = match to_bytes(body, limit).await {
+        Ok(body) => body,
+        Err(_) => {
+            let too_large = ProtocolError::invalid_request(format!(
+                "Request body is larger than {limit} bytes"
+            ));
+            return error(StatusCode::PAYLOAD_TOO_LARGE, None, &too_large);
+        }
+    };
+    match Incoming::parse(&body) {
+        Err((id, e)) => error_response(id.as_ref(), &e),
+        // No client notification is defined for this wire; accept and ignore, as the binding says.
+        Ok(Incoming::Notification { .. }) => Response::builder()
+            .status(StatusCode::ACCEPTED)
+            .body(Body::empty())
+            .unwrap_or_default(),
+        Ok(Incoming::Response { id, .. }) => error_response(
+            Some(&id),
+            &ProtocolError::invalid_request(
+                "Clients must not send JSON-RPC responses on this protocol version",
+            ),
+        ),
+        Ok(Incoming::Request { id, method, params }) => {
+            match request(&endpoint, &headers, accept, &id, &method, params).await {
+                Ok(response) => response,
+                Err(e) => error_response(Some(&id), &e),
+            }
+        }
+    }
+}
+
+pub(super) async fn method_not_allowed() -> Response<Body> {
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    response
+}
+
+/// Validates a 2026-07-28 request and serves it.
+async fn request(
+    endpoint: &Arc<Endpoint>,
+    headers: &HeaderMap,
+    accept: Accept,
+    id: &RequestId,
+    method: &str,
+    params: Map<String, Value>,
+) -> Result<Response<Body>, ProtocolError> {
+    let principal = match endpoint.options.authenticator.authenticate(headers) {
+        Ok(principal) => principal,
+        Err(e) => return Ok(unauthorized(id, &e.0)),
+    };
+    let Some(header_version) = header_text(headers, "mcp-protocol-version")? else {
+        return Err(ProtocolError::header_mismatch(
+            "Missing MCP-Protocol-Version header",
+        ));
+    };
+    let meta = RequestMeta::from_params(&params)?;
+    if header_version != meta.protocol_version {
+        return Err(ProtocolError::header_mismatch(format!(
+            "Header mismatch: MCP-Protocol-Version header value '{header_version}' does not match _meta value '{}'",
+            meta.protocol_version
+        )));
+    }
+    let supported = version::supported();
+    if !supported.contains(&meta.protocol_version.as_str()) {
+        return Err(ProtocolError::unsupported_version(
+            &meta.protocol_version,
+            &supported,
+        ));
+    }
+    check_method(headers, method)?;
+    let server = &endpoint.server;
+    if !server.implements(method) {
+        return Err(ProtocolError::method_not_found(method));
+    }
+    check_name(headers, method, &params)?;
+    if method == "tools/call"
+        && let Some(tool) = params
+            .get("name")
+            .and_then(Value::as_str)
+            .and_then(|name| server.registry().tool(name))
+    {
+        check_params(headers, &tool.header_params, params.get("arguments"))?;
+    }
+
+    if method == "subscriptions/listen" {
+        if !accept.sse {
+            return Err(ProtocolError::invalid_request(
+                "subscriptions/listen needs Accept: text/event-stream",
+            ));
+        }
+        let subscription = Subscription::from_params(id.clone(), &params)?;
+        return Ok(listen(endpoint, subscription));
+    }
+
+    let wants_stream = accept.sse
+        && STREAMABLE.contains(&method)
+        && (meta.progress_token.is_some() || meta.log_level.is_some());
+    if !wants_stream {
+        let env = RequestEnv {
+            principal,
+            meta,
+            notifier: None,
+        };
+        let reply = server.handle(method, &params, env).await?;
+        return Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)));
+    }
+    Ok(streamed(
+        endpoint,
+        principal,
+        meta,
+        id.clone(),
+        method.to_owned(),
+        params,
+    ))
+}
+
+/// Runs the request in its own task and streams its notifications, then its response.
+fn streamed(
+    endpoint: &Arc<Endpoint>,
+    principal: Principal,
+    meta: RequestMeta,
+    id: RequestId,
+    method: String,
+    params: Map<String, Value>,
+) -> Response<Body> {
+    let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(16);
+    let (notes_tx, mut notes_rx) = mpsc::channel::<Vec<u8>>(16);
+    let server = endpoint.server.clone();
+    let task = tokio::spawn(async move {
+        let env = RequestEnv {
+            principal,
+            meta,
+            notifier: Some(Notifier::new(notes_tx)),
+        };
+        let forward = frames_tx.clone();
+        let relay = async move {
+            while let Some(note) = notes_rx.recv().await {
+                if forward.send(sse::frame(&note)).await.is_err() {
+                    break;
+                }
+            }
+        };
+        let work = server.handle(&method, &params, env);
+        // Notifications are relayed as they come; the relay ends when the handler drops its notifier.
+        let (reply, ()) = tokio::join!(work, relay);
+        let last = match reply {
+            Ok(reply) => success_bytes(&id, &reply),
+            Err(e) => error_bytes(Some(&id), &e),
+        };
+        let _ = frames_tx.send(sse::frame(&last)).await;
+    });
+    sse::stream(frames_rx, task.abort_handle(), None)
+}
+
+/// Opens a `subscriptions/listen` stream: the acknowledgement, then the events it opted into,
+/// with keep-alive comments, until the client goes away.
+fn listen(endpoint: &Arc<Endpoint>, subscription: Subscription) -> Response<Body> {
+    let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
+    let mut events = endpoint.server.events().subscribe();
+    let task = tokio::spawn(async move {
+        if frames_tx
+            .send(sse::frame(&subscription.acknowledgement()))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        loop {
+            match events.recv().await {
+                Ok(event) if subscription.wants(&event) => {
+                    if frames_tx
+                        .send(sse::frame(&subscription.notification(&event)))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+    sse::stream(
+        frames_rx,
+        task.abort_handle(),
+        Some(endpoint.options.keepalive),
+    )
+}
+
+/// What the client accepts.
+#[derive(Debug, Clone, Copy)]
+struct Accept {
+    sse: bool,
+}
+
+impl Accept {
+    /// `None` when the client accepts neither JSON nor SSE.
+    fn from_headers(headers: &HeaderMap) -> Option<Self> {
+        let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+            return Some(Self { sse: true });
+        };
+        let types: Vec<&str> = accept
+            .split(',')
+            .map(|t| t.split(';').next().unwrap_or_default().trim())
+            .collect();
+        let any = types.iter().any(|t| *t == "*/*");
+        let json = any
+            || types
+                .iter()
+                .any(|t| *t == "application/json" || *t == "application/*");
+        let sse = any
+            || types
+                .iter()
+                .any(|t| *t == "text/event-stream" || *t == "text/*");
+        (json || sse).then_some(Self { sse })
+    }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
+}
+
+fn error_response(id: Option<&RequestId>, e: &ProtocolError) -> Response<Body> {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    error(status, id, e)
+}
+
+fn error(status: StatusCode, id: Option<&RequestId>, e: &ProtocolError) -> Response<Body> {
+    sse::json(status, error_bytes(id, e))
+}
+
+fn unauthorized(id: &RequestId, reason: &str) -> Response<Body> {
+    let mut response = error(
+        StatusCode::UNAUTHORIZED,
+        Some(id),
+        &ProtocolError::invalid_request(format!("Unauthorized: {reason}")),
+    );
+    let challenge = format!(
+        "Bearer error=\"invalid_token\", error_description=\"{}\"",
+        reason.replace('"', "'")
+    );
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}

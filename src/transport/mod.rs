@@ -1,0 +1,67 @@
+//! Streamable HTTP: the `/mcp` endpoint. It validates what HTTP adds (Origin, content type, size,
+//! the mirrored routing headers, the protocol version), resolves the caller, and hands the request
+//! to the protocol [`Server`], answering with JSON or with an SSE stream. It knows JSON-RPC and
+//! HTTP, never movies.
+
+mod headers;
+mod http;
+mod origin;
+mod sse;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::post;
+
+pub use origin::OriginPolicy;
+
+use crate::auth::Authenticator;
+use crate::server::Server;
+
+/// HTTP-level settings of the endpoint.
+pub struct TransportOptions {
+    pub origin: OriginPolicy,
+    pub authenticator: Arc<dyn Authenticator>,
+    pub max_body_bytes: usize,
+    /// Period of SSE comment lines on long-lived streams.
+    pub keepalive: Duration,
+}
+
+pub(crate) struct Endpoint {
+    server: Arc<Server>,
+    options: TransportOptions,
+}
+
+/// The router serving MCP at `path`.
+pub fn router(server: Arc<Server>, options: TransportOptions, path: &str) -> Router {
+    let endpoint = Arc::new(Endpoint { server, options });
+    Router::new()
+        .route(
+            path,
+            post(http::post)
+                .get(http::method_not_allowed)
+                .delete(http::method_not_allowed),
+        )
+        .with_state(endpoint)
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, with Nagle's algorithm off on every
+/// accepted socket (small request/response pairs would otherwise wait for delayed ACKs).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+}

@@ -1,0 +1,88 @@
+//! Response framing: a single JSON body, or an SSE stream of one-line `data:` frames that ends with
+//! the final response. Dropping an SSE body (the client closed the stream) aborts the work behind it.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, Response, StatusCode, header};
+use bytes::Bytes;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// A complete JSON response.
+pub fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Aborts a task when dropped, so that closing a stream cancels its handler.
+struct AbortOnDrop(AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Frames one JSON message as an SSE event.
+pub fn frame(message: &[u8]) -> Bytes {
+    let mut event = Vec::with_capacity(message.len() + 8);
+    event.extend_from_slice(b"data: ");
+    event.extend_from_slice(message);
+    event.extend_from_slice(b"\n\n");
+    Bytes::from(event)
+}
+
+/// An SSE response fed by `frames` (already framed), tied to `task`: when the client goes away the
+/// body is dropped and the task aborted. `keepalive` adds comment lines during quiet periods.
+pub fn stream(
+    frames: mpsc::Receiver<Bytes>,
+    task: AbortHandle,
+    keepalive: Option<Duration>,
+) -> Response<Body> {
+    let guard = AbortOnDrop(task);
+    let frames = ReceiverStream::new(frames);
+    let body = match keepalive {
+        None => Body::from_stream(frames.map(move |frame| {
+            let _owned = &guard;
+            Ok::<_, Infallible>(frame)
+        })),
+        Some(period) => {
+            let ticks = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval_at(
+                tokio::time::Instant::now() + period,
+                period,
+            ))
+            .map(|_| Bytes::from_static(b": keep-alive\n\n"));
+            // End with the frames: once the producer is gone there is nothing left to keep alive.
+            let merged = tokio_stream::StreamExt::merge(
+                frames
+                    .map(Some)
+                    .chain(futures::stream::once(async { None })),
+                ticks.map(Some),
+            )
+            .take_while(|item| std::future::ready(item.is_some()))
+            .filter_map(std::future::ready);
+            Body::from_stream(merged.map(move |frame| {
+                let _owned = &guard;
+                Ok::<_, Infallible>(frame)
+            }))
+        }
+    };
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
