@@ -27,6 +27,7 @@
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod moviedb;
 pub mod mrtr;
 pub mod protocol;
 pub mod registry;

@@ -1,37 +1,173 @@
-//! The `moviedb-mcp` binary.
+//! The `moviedb-mcp` binary: serves the movie database over MCP, mints sign-in tokens, and fills
+//! the database with a synthetic catalogue for load tests.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use clap::Parser;
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
 use moviedb_mcp::app;
-use moviedb_mcp::auth::AnonymousOnly;
+use moviedb_mcp::auth::{JwtAuthenticator, mint_token};
 use moviedb_mcp::config::ServeArgs;
+use moviedb_mcp::moviedb::{Catalogue, catalogue, seed, tools};
 use moviedb_mcp::registry::Registry;
 use moviedb_mcp::server::{Events, ServerInfo};
+use rand::RngCore;
 
-/// A Model Context Protocol server for a movie database (MCP 2026-07-28, with MRTR).
+/// A Model Context Protocol server for a movie database (MCP 2026-07-28, with Multi Round-Trip
+/// Requests). With no subcommand it serves at http://127.0.0.1:3000/mcp.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    database: DatabaseArgs,
     #[command(flatten)]
     serve: ServeArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct DatabaseArgs {
+    /// Folder for the embedded SQLite database and the development sign-in secret.
+    #[arg(
+        long,
+        env = "MOVIEDB_DATA_DIR",
+        default_value = ".moviedb",
+        global = true
+    )]
+    data_dir: PathBuf,
+
+    /// Database URL (`postgres://…` or `sqlite://…`); the embedded SQLite file when unset.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    database_url: Option<String>,
+
+    /// Secret for signing and checking bearer tokens (HS256). When unset a development secret is
+    /// generated once and kept in the data folder.
+    #[arg(
+        long,
+        env = "MOVIEDB_JWT_SECRET",
+        global = true,
+        hide_env_values = true
+    )]
+    jwt_secret: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Prints a bearer token for a user, creating the user if needed.
+    Token {
+        /// The user name the token signs in as.
+        #[arg(long)]
+        user: String,
+        /// Hours the token stays valid.
+        #[arg(long, default_value_t = 24 * 30)]
+        hours: u64,
+    },
+    /// Adds a synthetic catalogue (for load tests) to the database.
+    Seed {
+        /// Synthetic movies to add.
+        #[arg(long, default_value_t = 100_000)]
+        movies: u64,
+        /// Synthetic reviews to add, spread over all movies.
+        #[arg(long, default_value_t = 1_000_000)]
+        reviews: u64,
+    },
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     app::init_logging();
     let cli = Cli::parse();
+    let catalogue = open_catalogue(&cli.database).await?;
+    match cli.command {
+        None => serve(&cli, catalogue).await,
+        Some(Command::Token { user, hours }) => {
+            catalogue.ensure_user(&user).await?;
+            let secret = jwt_secret(&cli.database)?;
+            println!(
+                "{}",
+                mint_token(&secret, &user, Duration::from_secs(hours * 3600))?
+            );
+            Ok(())
+        }
+        Some(Command::Seed { movies, reviews }) => {
+            tracing::info!(movies, reviews, "adding a synthetic catalogue");
+            seed::seed_synthetic(&catalogue, movies, reviews).await?;
+            tracing::info!("done");
+            Ok(())
+        }
+    }
+}
+
+async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
+    let mut registry = Registry::new();
+    tools::register(&mut registry, Arc::new(catalogue));
     let info = ServerInfo {
         name: "moviedb-mcp".into(),
         version: env!("CARGO_PKG_VERSION").into(),
-        instructions: None,
+        instructions: Some(
+            "A movie database. Recommend movies for a mood, summarize a movie's reviews, and keep the signed-in \
+             user's watch list (addToWatchlist, getWatchlist)."
+                .into(),
+        ),
     };
-    let router = app::router(
-        &cli.serve,
-        Registry::new(),
-        info,
-        Events::new(),
-        Arc::new(AnonymousOnly),
-    )?;
+    let authenticator = Arc::new(JwtAuthenticator::new(&jwt_secret(&cli.database)?)?);
+    let router = app::router(&cli.serve, registry, info, Events::new(), authenticator)?;
     app::serve(&cli.serve, router).await
+}
+
+async fn open_catalogue(args: &DatabaseArgs) -> anyhow::Result<Catalogue> {
+    let url = match &args.database_url {
+        Some(url) => url.clone(),
+        None => Catalogue::embedded_url(&args.data_dir)?,
+    };
+    let catalogue = Catalogue::connect(&url).await?;
+    tracing::info!(database = %catalogue::redact(&url), "database ready");
+    if seed::seed_if_empty(&catalogue).await? {
+        tracing::info!("seeded the catalogue");
+    }
+    Ok(catalogue)
+}
+
+/// The configured secret, or the development secret kept in the data folder.
+fn jwt_secret(args: &DatabaseArgs) -> anyhow::Result<Vec<u8>> {
+    if let Some(secret) = &args.jwt_secret {
+        anyhow::ensure!(
+            secret.len() >= 16,
+            "MOVIEDB_JWT_SECRET must be at least 16 characters"
+        );
+        return Ok(secret.as_bytes().to_vec());
+    }
+    let path = args.data_dir.join("dev-jwt-secret");
+    if let Ok(existing) = std::fs::read_to_string(&path) {
+        tracing::warn!(
+            "MOVIEDB_JWT_SECRET is not set: using the development secret in {}",
+            path.display()
+        );
+        return Ok(existing.trim().as_bytes().to_vec());
+    }
+    let mut bytes = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    let secret: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    write_private(&path, &secret)?;
+    tracing::warn!(
+        "MOVIEDB_JWT_SECRET is not set: generated a development secret in {}",
+        path.display()
+    );
+    Ok(secret.into_bytes())
+}
+
+fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, contents).with_context(|| format!("cannot write {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(())
 }

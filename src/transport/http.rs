@@ -259,7 +259,7 @@ impl Accept {
             .split(',')
             .map(|t| t.split(';').next().unwrap_or_default().trim())
             .collect();
-        let any = types.iter().any(|t| *t == "*/*");
+        let any = types.contains(&"*/*");
         let json = any
             || types
                 .iter()

@@ -1,0 +1,324 @@
+//! The catalogue in SQL: connecting (SQLite file or PostgreSQL), migrating, and every query the
+//! tools make. One set of queries serves both databases through sqlx's `Any` driver.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::{AnyPool, Row};
+
+use super::model::{ItemContent, Mood, MovieSummary, Review, Title, WatchStatus, WatchlistItem};
+
+/// How many movies one recommendation returns.
+pub const RECOMMENDATION_LIMIT: usize = 20;
+
+/// Adding a title the viewer already has on the list.
+#[derive(Debug, thiserror::Error)]
+pub enum AddError {
+    #[error("{0} is already in your watch list")]
+    AlreadyListed(String),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+#[derive(Clone)]
+pub struct Catalogue {
+    pool: AnyPool,
+    postgres: bool,
+}
+
+impl Catalogue {
+    /// Connects to `url` (`sqlite://…` or `postgres://…`) and brings the schema up to date.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        install_default_drivers();
+        let postgres = url.starts_with("postgres:") || url.starts_with("postgresql:");
+        let sqlite = url.starts_with("sqlite:");
+        anyhow::ensure!(
+            postgres || sqlite,
+            "DATABASE_URL must start with sqlite: or postgres:"
+        );
+        let pool = AnyPoolOptions::new()
+            .max_connections(if postgres { 16 } else { 8 })
+            .acquire_timeout(Duration::from_secs(10))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if sqlite {
+                        // Readers and the single writer must not fail on each other's locks.
+                        sqlx::query("PRAGMA busy_timeout = 5000")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA foreign_keys = ON")
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(url)
+            .await
+            .with_context(|| format!("cannot open the database at {}", redact(url)))?;
+        if sqlite {
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await?;
+            sqlx::migrate!("migrations/sqlite")
+                .run(&pool)
+                .await
+                .context("migrating the SQLite database")?;
+        } else {
+            sqlx::migrate!("migrations/postgres")
+                .run(&pool)
+                .await
+                .context("migrating the PostgreSQL database")?;
+        }
+        Ok(Self { pool, postgres })
+    }
+
+    /// The SQLite URL of the embedded database under `data_dir`, creating the folder.
+    pub fn embedded_url(data_dir: &Path) -> anyhow::Result<String> {
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("cannot create {}", data_dir.display()))?;
+        Ok(format!(
+            "sqlite://{}?mode=rwc",
+            data_dir.join("moviedb.sqlite3").display()
+        ))
+    }
+
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.postgres
+    }
+
+    /// Movies that fit `mood`, best rated first, ties broken by id; without the titles
+    /// `watched_by` marked WATCHED when given.
+    pub async fn recommend(
+        &self,
+        mood: Mood,
+        watched_by: Option<&str>,
+    ) -> sqlx::Result<Vec<MovieSummary>> {
+        // LIMIT is RECOMMENDATION_LIMIT.
+        let query = match watched_by {
+            None => sqlx::query(
+                "SELECT m.id, m.title, m.release_year, m.genre, m.rating FROM movies m \
+                 JOIN movie_moods mm ON mm.movie_id = m.id WHERE mm.mood = $1 \
+                 ORDER BY m.rating DESC, m.id ASC LIMIT 20",
+            )
+            .bind(mood.as_str()),
+            Some(user) => sqlx::query(
+                "SELECT m.id, m.title, m.release_year, m.genre, m.rating FROM movies m \
+                 JOIN movie_moods mm ON mm.movie_id = m.id WHERE mm.mood = $1 \
+                 AND NOT EXISTS (SELECT 1 FROM watchlist_items w JOIN users u ON u.id = w.user_id \
+                 WHERE w.movie_id = m.id AND w.status = 'WATCHED' AND u.name = $2) \
+                 ORDER BY m.rating DESC, m.id ASC LIMIT 20",
+            )
+            .bind(mood.as_str())
+            .bind(user),
+        };
+        let rows = query.fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(MovieSummary {
+                    id: row.try_get("id")?,
+                    title: row.try_get("title")?,
+                    release_year: row.try_get("release_year")?,
+                    genre: row.try_get("genre")?,
+                    rating: row.try_get("rating")?,
+                })
+            })
+            .collect()
+    }
+
+    /// The title of a movie or show, if it exists.
+    pub async fn title_of(&self, title: Title) -> sqlx::Result<Option<String>> {
+        let (sql, id) = match title {
+            Title::Movie(id) => ("SELECT title FROM movies WHERE id = $1", id),
+            Title::TvShow(id) => ("SELECT title FROM tv_shows WHERE id = $1", id),
+        };
+        sqlx::query_scalar(sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+    }
+
+    pub async fn reviews(&self, movie_id: i64) -> sqlx::Result<Vec<Review>> {
+        let rows = sqlx::query(
+            "SELECT score, comment, author FROM reviews WHERE movie_id = $1 ORDER BY id",
+        )
+        .bind(movie_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Review {
+                    score: row.try_get("score")?,
+                    comment: row.try_get("comment")?,
+                    author: row.try_get("author")?,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn add_review(&self, movie_id: i64, review: &Review) -> sqlx::Result<()> {
+        sqlx::query(
+            "INSERT INTO reviews (movie_id, score, comment, author) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(movie_id)
+        .bind(review.score)
+        .bind(&review.comment)
+        .bind(&review.author)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The id of the user called `name`, created on first use.
+    pub async fn ensure_user(&self, name: &str) -> sqlx::Result<i64> {
+        sqlx::query(
+            "INSERT INTO users (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(now_millis())
+        .execute(&self.pool)
+        .await?;
+        sqlx::query_scalar("SELECT id FROM users WHERE name = $1")
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    /// Whether `user` already has `title` on their list.
+    pub async fn is_listed(&self, user: &str, title: Title) -> sqlx::Result<bool> {
+        let (sql, id) = match title {
+            Title::Movie(id) => (
+                "SELECT COUNT(*) FROM watchlist_items w JOIN users u ON u.id = w.user_id WHERE u.name = $1 AND w.movie_id = $2",
+                id,
+            ),
+            Title::TvShow(id) => (
+                "SELECT COUNT(*) FROM watchlist_items w JOIN users u ON u.id = w.user_id WHERE u.name = $1 AND w.tv_show_id = $2",
+                id,
+            ),
+        };
+        let count: i64 = sqlx::query_scalar(sql)
+            .bind(user)
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(count > 0)
+    }
+
+    /// Puts `title` on `user`'s list. The unique index decides races: a second add of the same
+    /// title fails with [`AddError::AlreadyListed`] and writes nothing.
+    pub async fn add_to_watchlist(
+        &self,
+        user: &str,
+        title: Title,
+        name: &str,
+        status: WatchStatus,
+    ) -> Result<WatchlistItem, AddError> {
+        let user_id = self.ensure_user(user).await?;
+        let (movie_id, tv_show_id) = match title {
+            Title::Movie(id) => (Some(id), None),
+            Title::TvShow(id) => (None, Some(id)),
+        };
+        let added_at = now_millis();
+        let inserted = sqlx::query_scalar::<_, i64>(
+            "INSERT INTO watchlist_items (user_id, movie_id, tv_show_id, status, added_at) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+        )
+        .bind(user_id)
+        .bind(movie_id)
+        .bind(tv_show_id)
+        .bind(status.as_str())
+        .bind(added_at)
+        .fetch_one(&self.pool)
+        .await;
+        match inserted {
+            Ok(id) => Ok(WatchlistItem {
+                id,
+                status,
+                added_at: rfc3339(added_at),
+                content: content(title, name.to_owned()),
+            }),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                Err(AddError::AlreadyListed(format!("\"{name}\"")))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// `user`'s list, newest first.
+    pub async fn watchlist(&self, user: &str) -> sqlx::Result<Vec<WatchlistItem>> {
+        let rows = sqlx::query(
+            "SELECT w.id, w.status, w.added_at, w.movie_id, w.tv_show_id, COALESCE(m.title, s.title) AS title \
+             FROM watchlist_items w JOIN users u ON u.id = w.user_id \
+             LEFT JOIN movies m ON m.id = w.movie_id LEFT JOIN tv_shows s ON s.id = w.tv_show_id \
+             WHERE u.name = $1 ORDER BY w.added_at DESC, w.id DESC",
+        )
+        .bind(user)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let movie: Option<i64> = row.try_get("movie_id")?;
+                let show: Option<i64> = row.try_get("tv_show_id")?;
+                let title = match (movie, show) {
+                    (Some(id), _) => Title::Movie(id),
+                    (None, Some(id)) => Title::TvShow(id),
+                    (None, None) => {
+                        return Err(sqlx::Error::Protocol(
+                            "watch-list item without a title".into(),
+                        ));
+                    }
+                };
+                let status: String = row.try_get("status")?;
+                Ok(WatchlistItem {
+                    id: row.try_get("id")?,
+                    status: WatchStatus::parse(&status)
+                        .ok_or_else(|| sqlx::Error::Protocol(format!("unknown status {status}")))?,
+                    added_at: rfc3339(row.try_get("added_at")?),
+                    content: content(title, row.try_get("title")?),
+                })
+            })
+            .collect()
+    }
+}
+
+fn content(title: Title, name: String) -> ItemContent {
+    match title {
+        Title::Movie(id) => ItemContent {
+            title: name,
+            kind: "movie".into(),
+            id,
+        },
+        Title::TvShow(id) => ItemContent {
+            title: name,
+            kind: "tvShow".into(),
+            id,
+        },
+    }
+}
+
+pub(crate) fn now_millis() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn rfc3339(millis: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(millis)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_default()
+}
+
+/// A database URL without its password, for logs.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            let user = credentials.split(':').next().unwrap_or_default();
+            format!("{}://{user}:***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}

@@ -1,0 +1,11 @@
+//! The movie domain: the catalogue in SQL, review summaries, the watch list, and the tools that
+//! expose them. Nothing here knows about HTTP or JSON-RPC; tools talk to the user only through the
+//! MRTR request context.
+
+pub mod catalogue;
+pub mod model;
+pub mod seed;
+pub mod summary;
+pub mod tools;
+
+pub use catalogue::Catalogue;

@@ -1,0 +1,175 @@
+//! Review summaries computed on the server: the average score, a sentence from the average's band
+//! (favourable above 7, unfavourable below 5, split otherwise) and up to five recurring themes.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::model::Review;
+
+/// What `summarizeMovieReviews` returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewSummary {
+    pub movie_id: i64,
+    pub review_count: i64,
+    /// A one-sentence summary; null with fewer than three reviews.
+    pub summary: Option<String>,
+    /// Recurring themes of the reviews (at most five).
+    pub themes: Vec<String>,
+    /// Mean score on the 1–10 scale, two decimals; null without reviews.
+    pub average_score: Option<f64>,
+}
+
+/// Fewest reviews worth summarizing.
+pub const MIN_REVIEWS_FOR_SUMMARY: usize = 3;
+const MAX_THEMES: usize = 5;
+
+/// Themes and the words that reveal them in a comment.
+const THEMES: [(&str, &[&str]); 12] = [
+    (
+        "performances",
+        &["performance", "acting", "cast", "actor", "actress"],
+    ),
+    ("story", &["story", "plot", "narrative"]),
+    ("pacing", &["pacing", "pace", "slow", "runtime", "drags"]),
+    ("music", &["soundtrack", "music", "song", "composer"]),
+    (
+        "visuals",
+        &[
+            "cinematography",
+            "visual",
+            "photography",
+            "effects",
+            "shot",
+            "look",
+        ],
+    ),
+    ("ending", &["ending", "finale", "climax"]),
+    (
+        "dialogue",
+        &["dialogue", "script", "writing", "screenplay", "lines"],
+    ),
+    ("characters", &["character"]),
+    ("humor", &["humor", "humour", "funny", "jokes", "laugh"]),
+    (
+        "atmosphere",
+        &["atmosphere", "tension", "dread", "scary", "suspense"],
+    ),
+    ("direction", &["direction", "director", "directed"]),
+    ("twist", &["twist"]),
+];
+
+/// Mean score, rounded to two decimals.
+pub fn average_score(reviews: &[Review]) -> Option<f64> {
+    if reviews.is_empty() {
+        return None;
+    }
+    let mean = reviews.iter().map(|r| r.score as f64).sum::<f64>() / reviews.len() as f64;
+    Some((mean * 100.0).round() / 100.0)
+}
+
+/// The sentence for an average score.
+pub fn band_sentence(average: f64, count: usize) -> String {
+    let verdict = if average > 7.0 {
+        "Reviewers are largely favourable"
+    } else if average < 5.0 {
+        "Reviewers are largely unfavourable"
+    } else {
+        "Reviewers are split"
+    };
+    format!("{verdict}, with an average score of {average:.1}/10 across {count} reviews.")
+}
+
+/// Up to five themes, the most often mentioned first.
+pub fn themes(reviews: &[Review]) -> Vec<String> {
+    let mut counted: Vec<(usize, usize, &str)> = THEMES
+        .iter()
+        .enumerate()
+        .map(|(order, (theme, words))| {
+            let mentions = reviews
+                .iter()
+                .filter(|review| {
+                    let comment = review.comment.to_lowercase();
+                    words.iter().any(|word| comment.contains(word))
+                })
+                .count();
+            (mentions, order, *theme)
+        })
+        .filter(|(mentions, _, _)| *mentions > 0)
+        .collect();
+    counted.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    counted
+        .into_iter()
+        .take(MAX_THEMES)
+        .map(|(_, _, theme)| theme.to_owned())
+        .collect()
+}
+
+/// The whole server-side summary of a movie's reviews.
+pub fn summarize(movie_id: i64, reviews: &[Review]) -> ReviewSummary {
+    let average = average_score(reviews);
+    let (summary, themes) = match average {
+        Some(average) if reviews.len() >= MIN_REVIEWS_FOR_SUMMARY => {
+            (Some(band_sentence(average, reviews.len())), themes(reviews))
+        }
+        _ => (None, Vec::new()),
+    };
+    ReviewSummary {
+        movie_id,
+        review_count: reviews.len() as i64,
+        summary,
+        themes,
+        average_score: average,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn review(score: i64, comment: &str) -> Review {
+        Review {
+            score,
+            comment: comment.into(),
+            author: "t".into(),
+        }
+    }
+
+    #[test]
+    fn the_band_follows_the_average() {
+        assert!(band_sentence(7.5, 3).contains("favourable"));
+        assert!(!band_sentence(7.5, 3).contains("unfavourable"));
+        assert!(band_sentence(4.9, 3).contains("unfavourable"));
+        assert!(band_sentence(7.0, 3).contains("split"));
+        assert!(band_sentence(5.0, 3).contains("split"));
+    }
+
+    #[test]
+    fn few_reviews_get_an_average_but_no_summary() {
+        let two = [review(8, "Great acting"), review(6, "Slow pacing")];
+        let summary = summarize(9, &two);
+        assert_eq!(
+            (summary.review_count, summary.average_score, summary.summary),
+            (2, Some(7.0), None)
+        );
+        assert!(summary.themes.is_empty());
+        assert_eq!(summarize(9, &[]).average_score, None);
+    }
+
+    #[test]
+    fn themes_are_ranked_by_mentions() {
+        let reviews = [
+            review(9, "The soundtrack soars and the acting is superb."),
+            review(8, "Superb performances, and what an ending."),
+            review(4, "Great cast, but the pacing drags."),
+        ];
+        let summary = summarize(1, &reviews);
+        assert_eq!(
+            summary.themes.first().map(String::as_str),
+            Some("performances")
+        );
+        assert!(summary.themes.contains(&"music".to_owned()));
+        assert!(summary.themes.len() <= 5);
+        assert!(summary.summary.unwrap().contains("split"));
+    }
+}
