@@ -400,6 +400,16 @@ fn stateless_tools(registry: &mut Registry, events: &Events) {
                 Ok(CallToolResult::text("Streaming complete"))
             },
         ))
+        .add_tool(Tool::with_raw_schema(
+            "test_custom_header",
+            "Echoes a parameter that clients mirror into the Mcp-Param-TestHeader header",
+            json!({
+                "type": "object",
+                "properties": {"value": {"type": "string", "description": "Echoed back", "x-mcp-header": "TestHeader"}},
+                "required": ["value"]
+            }),
+            |_, args| async move { Ok(CallToolResult::text(format!("Header value: {}", args["value"]))) },
+        ))
         .add_tool(no_args(
             "test_logging_tool",
             "Logs only when the request asks for a log level",
