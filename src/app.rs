@@ -8,9 +8,10 @@ use anyhow::Context as _;
 
 use crate::auth::Authenticator;
 use crate::config::ServeArgs;
-use crate::mrtr::{ContinuationStore, Engine, MemoryStore, StateSealer};
+use crate::mrtr::{Engine, StateSealer};
 use crate::registry::Registry;
 use crate::server::{Events, Server, ServerInfo};
+use crate::store::{ContinuationStore, MemoryStore};
 use crate::transport::{self, OriginPolicy, TransportOptions};
 
 /// The MCP endpoint path.

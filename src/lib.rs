@@ -9,8 +9,9 @@
 //!
 //! - [`protocol`]: wire types — the JSON-RPC envelope, `_meta`, input requests and responses,
 //!   content, error codes.
-//! - [`mrtr`]: the MRTR engine — the handler context (`ctx.elicit(...)`), rounds, the sealed
-//!   `requestState` and the continuation store.
+//! - [`mrtr`]: the MRTR engine — the handler context (`ctx.elicit(...)`), rounds and the sealed
+//!   `requestState`.
+//! - [`store`]: the continuation store behind `requestState` (in memory, or Redis for replicas).
 //! - [`registry`]: tools, prompts and resources with their handlers.
 //! - [`server`]: method dispatch over a registry; change events for `subscriptions/listen`.
 //! - [`transport`]: Streamable HTTP (axum) — header and Origin validation, JSON or SSE replies.
@@ -32,4 +33,5 @@ pub mod mrtr;
 pub mod protocol;
 pub mod registry;
 pub mod server;
+pub mod store;
 pub mod transport;

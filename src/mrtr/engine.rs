@@ -13,10 +13,10 @@ use sha2::{Digest, Sha256};
 
 use super::context::{HandlerError, Notifier, RequestContext, RoundState};
 use super::seal::{StateClaims, StateSealer};
-use super::store::{ContinuationId, ContinuationStore};
 use crate::auth::Principal;
 use crate::protocol::input::{InputRequest, OrderedRequests, parse_input_responses};
 use crate::protocol::{ProtocolError, RequestMeta};
+use crate::store::{ContinuationId, ContinuationStore};
 
 /// The engine: one per server, shared by every request.
 pub struct Engine {

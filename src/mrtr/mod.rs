@@ -2,7 +2,7 @@
 //!
 //! A handler (tool, prompt or resource reader) asks for what it needs in straight-line code through
 //! a [`RequestContext`]; when an answer is missing the engine ends the call with `input_required`,
-//! parks what the handler already has in the [`ContinuationStore`], and hands the client a sealed
+//! parks what the handler already has in the [`ContinuationStore`](crate::store::ContinuationStore), and hands the client a sealed
 //! `requestState` that points at it. On the retry — on any replica — the engine opens the state,
 //! checks what it is bound to, takes the continuation exactly once and runs the handler again, which
 //! now finds its answers and remembered work.
@@ -10,9 +10,7 @@
 pub mod context;
 pub mod engine;
 pub mod seal;
-pub mod store;
 
 pub use context::{Answers, HandlerError, Notifier, RequestContext};
 pub use engine::{Call, Engine, InputRequired, Outcome};
 pub use seal::{SealError, StateSealer};
-pub use store::{ContinuationId, ContinuationStore, MemoryStore, StoreError};

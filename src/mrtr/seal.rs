@@ -8,7 +8,7 @@ use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use rand::RngCore;
 
-use super::store::ContinuationId;
+use crate::store::ContinuationId;
 
 const FORMAT_VERSION: u8 = 1;
 const NONCE_LEN: usize = 24;

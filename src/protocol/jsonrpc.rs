@@ -12,10 +12,11 @@ use super::error::ProtocolError;
 pub struct RequestId(Value);
 
 impl RequestId {
-    /// Accepts the two shapes JSON-RPC allows for an id (MCP forbids `null`).
+    /// Accepts a string or an integer (MCP forbids `null` and fractions).
     pub fn from_value(value: Value) -> Option<Self> {
-        match value {
-            Value::String(_) | Value::Number(_) => Some(Self(value)),
+        match &value {
+            Value::String(_) => Some(Self(value)),
+            Value::Number(n) if n.is_i64() || n.is_u64() => Some(Self(value)),
             _ => None,
         }
     }
@@ -78,7 +79,7 @@ impl Incoming {
                     return Err((
                         None,
                         ProtocolError::invalid_request(
-                            "Invalid request: id must be a string or a number",
+                            "Invalid request: id must be a string or an integer",
                         ),
                     ));
                 }

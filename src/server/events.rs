@@ -99,6 +99,18 @@ impl Subscription {
         })
     }
 
+    /// Drops the notification types a server without tools, prompts or resources never sends, so
+    /// the acknowledgement reflects what will actually be honoured.
+    pub fn limited_to(mut self, tools: bool, prompts: bool, resources: bool) -> Self {
+        self.tools_list_changed &= tools;
+        self.prompts_list_changed &= prompts;
+        self.resources_list_changed &= resources;
+        if !resources {
+            self.resource_uris.clear();
+        }
+        self
+    }
+
     pub fn wants(&self, event: &ServerEvent) -> bool {
         match event {
             ServerEvent::ToolsListChanged => self.tools_list_changed,

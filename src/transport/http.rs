@@ -6,8 +6,10 @@ use axum::body::{Body, to_bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use bytes::Bytes;
+use futures::StreamExt;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 
 use super::headers::{check_method, check_name, check_params, header_text};
 use super::{Endpoint, sse};
@@ -143,7 +145,12 @@ async fn request(
                 "subscriptions/listen needs Accept: text/event-stream",
             ));
         }
-        let subscription = Subscription::from_params(id.clone(), &params)?;
+        let registry = server.registry();
+        let subscription = Subscription::from_params(id.clone(), &params)?.limited_to(
+            registry.has_tools(),
+            registry.has_prompts(),
+            registry.has_resources(),
+        );
         return Ok(listen(endpoint, subscription));
     }
 
@@ -166,11 +173,20 @@ async fn request(
         id.clone(),
         method.to_owned(),
         params,
-    ))
+    )
+    .await)
 }
 
-/// Runs the request in its own task and streams its notifications, then its response.
-fn streamed(
+/// What a streamed request's task produces: notifications, then exactly one final message.
+enum Frame {
+    Notification(Vec<u8>),
+    Final(Result<Vec<u8>, ProtocolError>),
+}
+
+/// Runs the request in its own task and streams its notifications, then its response. Nothing is
+/// sent until the first frame exists, so a request that fails (or finishes) before notifying
+/// anything gets a plain JSON answer with the error's own HTTP status.
+async fn streamed(
     endpoint: &Arc<Endpoint>,
     principal: Principal,
     meta: RequestMeta,
@@ -178,9 +194,10 @@ fn streamed(
     method: String,
     params: Map<String, Value>,
 ) -> Response<Body> {
-    let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(16);
+    let (frames_tx, mut frames_rx) = mpsc::channel::<Frame>(16);
     let (notes_tx, mut notes_rx) = mpsc::channel::<Vec<u8>>(16);
     let server = endpoint.server.clone();
+    let reply_id = id.clone();
     let task = tokio::spawn(async move {
         let env = RequestEnv {
             principal,
@@ -190,21 +207,38 @@ fn streamed(
         let forward = frames_tx.clone();
         let relay = async move {
             while let Some(note) = notes_rx.recv().await {
-                if forward.send(sse::frame(&note)).await.is_err() {
+                if forward.send(Frame::Notification(note)).await.is_err() {
                     break;
                 }
             }
         };
-        let work = server.handle(&method, &params, env);
         // Notifications are relayed as they come; the relay ends when the handler drops its notifier.
-        let (reply, ()) = tokio::join!(work, relay);
-        let last = match reply {
-            Ok(reply) => success_bytes(&id, &reply),
-            Err(e) => error_bytes(Some(&id), &e),
-        };
-        let _ = frames_tx.send(sse::frame(&last)).await;
+        let (reply, ()) = tokio::join!(server.handle(&method, &params, env), relay);
+        let last = reply.map(|reply| success_bytes(&reply_id, &reply));
+        let _ = frames_tx.send(Frame::Final(last)).await;
     });
-    sse::stream(frames_rx, task.abort_handle(), None)
+    let guard = sse::AbortOnDrop(task.abort_handle());
+    let first = match frames_rx.recv().await {
+        Some(Frame::Final(Ok(body))) => return sse::json(StatusCode::OK, body),
+        Some(Frame::Final(Err(e))) => return error_response(Some(&id), &e),
+        Some(Frame::Notification(note)) => sse::frame(&note),
+        None => {
+            return error_response(
+                Some(&id),
+                &ProtocolError::internal("the request ended without a response"),
+            );
+        }
+    };
+    let rest = ReceiverStream::new(frames_rx).map(move |frame| match frame {
+        Frame::Notification(note) => sse::frame(&note),
+        Frame::Final(Ok(body)) => sse::frame(&body),
+        Frame::Final(Err(e)) => sse::frame(&error_bytes(Some(&id), &e)),
+    });
+    sse::stream(
+        futures::stream::once(async { first }).chain(rest),
+        guard,
+        None,
+    )
 }
 
 /// Opens a `subscriptions/listen` stream: the acknowledgement, then the events it opted into,
@@ -237,8 +271,8 @@ fn listen(endpoint: &Arc<Endpoint>, subscription: Subscription) -> Response<Body
         }
     });
     sse::stream(
-        frames_rx,
-        task.abort_handle(),
+        ReceiverStream::new(frames_rx),
+        sse::AbortOnDrop(task.abort_handle()),
         Some(endpoint.options.keepalive),
     )
 }

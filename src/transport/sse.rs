@@ -7,10 +7,8 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{HeaderValue, Response, StatusCode, header};
 use bytes::Bytes;
-use futures::StreamExt;
-use tokio::sync::mpsc;
+use futures::{Stream, StreamExt};
 use tokio::task::AbortHandle;
-use tokio_stream::wrappers::ReceiverStream;
 
 /// A complete JSON response.
 pub fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
@@ -23,8 +21,9 @@ pub fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
     response
 }
 
-/// Aborts a task when dropped, so that closing a stream cancels its handler.
-struct AbortOnDrop(AbortHandle);
+/// Aborts a task when dropped, so that closing a stream (or abandoning the request before the
+/// stream starts) cancels its handler.
+pub struct AbortOnDrop(pub AbortHandle);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -41,15 +40,13 @@ pub fn frame(message: &[u8]) -> Bytes {
     Bytes::from(event)
 }
 
-/// An SSE response fed by `frames` (already framed), tied to `task`: when the client goes away the
-/// body is dropped and the task aborted. `keepalive` adds comment lines during quiet periods.
-pub fn stream(
-    frames: mpsc::Receiver<Bytes>,
-    task: AbortHandle,
-    keepalive: Option<Duration>,
-) -> Response<Body> {
-    let guard = AbortOnDrop(task);
-    let frames = ReceiverStream::new(frames);
+/// An SSE response of `frames` (already framed), tied to the task behind `guard`: when the client
+/// goes away the body is dropped and the task aborted. `keepalive` adds comment lines during quiet
+/// periods.
+pub fn stream<S>(frames: S, guard: AbortOnDrop, keepalive: Option<Duration>) -> Response<Body>
+where
+    S: Stream<Item = Bytes> + Send + 'static,
+{
     let body = match keepalive {
         None => Body::from_stream(frames.map(move |frame| {
             let _owned = &guard;

@@ -1,57 +1,11 @@
-//! Where a call's continuation waits between rounds: put with a time-to-live, take at most once.
-//!
-//! The in-memory store serves a single process; a shared store (Redis) lets any replica resume a
-//! call. Both make `take` atomic, which is what makes a `requestState` single-use.
+//! The in-process continuation store: bounded and expiring, for a server running alone.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use rand::RngCore;
 
-/// The random name of one parked continuation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ContinuationId([u8; 16]);
-
-impl ContinuationId {
-    pub fn random() -> Self {
-        let mut id = [0u8; 16];
-        rand::thread_rng().fill_bytes(&mut id);
-        Self(id)
-    }
-
-    pub fn from_slice(bytes: &[u8]) -> Option<Self> {
-        bytes.try_into().ok().map(Self)
-    }
-
-    pub fn as_bytes(&self) -> &[u8; 16] {
-        &self.0
-    }
-
-    /// Lower-case hex, for use in store keys.
-    pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
-    }
-}
-
-/// The store could not be reached or answered with an error.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("continuation store unavailable: {0}")]
-pub struct StoreError(pub String);
-
-#[async_trait]
-pub trait ContinuationStore: Send + Sync + 'static {
-    /// Parks `payload` under `id` for at most `ttl`.
-    async fn put(
-        &self,
-        id: ContinuationId,
-        payload: Vec<u8>,
-        ttl: Duration,
-    ) -> Result<(), StoreError>;
-
-    /// Removes and returns the payload; `None` if it was never stored, expired or already taken.
-    async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError>;
-}
+use super::{ContinuationId, ContinuationStore, StoreError};
 
 #[derive(Clone)]
 struct Parked {

@@ -1,0 +1,60 @@
+//! The continuation store: where a call's continuation waits between MRTR rounds. Put with a
+//! time-to-live, take at most once.
+//!
+//! The in-memory store serves a single process; the Redis store lets any replica resume a call.
+//! Both make `take` atomic, which is what makes a `requestState` single-use.
+
+mod memory;
+mod redis;
+
+pub use memory::MemoryStore;
+pub use redis::{RedisStore, RedisStoreConfig};
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rand::RngCore;
+
+/// The random name of one parked continuation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ContinuationId([u8; 16]);
+
+impl ContinuationId {
+    pub fn random() -> Self {
+        let mut id = [0u8; 16];
+        rand::thread_rng().fill_bytes(&mut id);
+        Self(id)
+    }
+
+    pub fn from_slice(bytes: &[u8]) -> Option<Self> {
+        bytes.try_into().ok().map(Self)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+
+    /// Lower-case hex, for use in store keys.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The store could not be reached or answered with an error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("continuation store unavailable: {0}")]
+pub struct StoreError(pub String);
+
+#[async_trait]
+pub trait ContinuationStore: Send + Sync + 'static {
+    /// Parks `payload` under `id` for at most `ttl`.
+    async fn put(
+        &self,
+        id: ContinuationId,
+        payload: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// Removes and returns the payload; `None` if it was never stored, expired or already taken.
+    async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError>;
+}

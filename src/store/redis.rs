@@ -1,0 +1,89 @@
+//! The Redis continuation store, shared by every replica: `SET … PX` to park, `GETDEL` to take
+//! (atomic, so a state is used once even when two replicas race), every call bounded by a timeout.
+//! The connection manager reconnects by itself when Redis comes back.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::{ContinuationId, ContinuationStore, StoreError};
+
+#[derive(Debug, Clone)]
+pub struct RedisStoreConfig {
+    pub url: String,
+    /// Prepended to every key, so several deployments can share one Redis.
+    pub prefix: String,
+    /// Longest any one Redis call may take before the request fails.
+    pub timeout: Duration,
+}
+
+pub struct RedisStore {
+    connection: ConnectionManager,
+    prefix: String,
+    timeout: Duration,
+}
+
+impl RedisStore {
+    /// Connects (failing at once if Redis cannot be reached now).
+    pub async fn connect(config: RedisStoreConfig) -> Result<Self, StoreError> {
+        let client = redis::Client::open(config.url.as_str())
+            .map_err(|e| StoreError(format!("bad REDIS_URL: {e}")))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.timeout))
+            .set_response_timeout(Some(config.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let connection = tokio::time::timeout(
+            config.timeout * 3,
+            ConnectionManager::new_with_config(client, manager_config),
+        )
+        .await
+        .map_err(|_| StoreError("timed out connecting to Redis".into()))?
+        .map_err(|e| StoreError(e.to_string()))?;
+        Ok(Self {
+            connection,
+            prefix: config.prefix,
+            timeout: config.timeout,
+        })
+    }
+
+    fn key(&self, id: ContinuationId) -> String {
+        format!("{}{}", self.prefix, id.to_hex())
+    }
+
+    async fn run<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, StoreError> {
+        let mut connection = self.connection.clone();
+        match tokio::time::timeout(self.timeout, command.query_async(&mut connection)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(StoreError(e.to_string())),
+            Err(_) => Err(StoreError(format!(
+                "Redis did not answer within {} ms",
+                self.timeout.as_millis()
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl ContinuationStore for RedisStore {
+    async fn put(
+        &self,
+        id: ContinuationId,
+        payload: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let command = redis::cmd("SET")
+            .arg(self.key(id))
+            .arg(payload)
+            .arg("PX")
+            .arg(ttl_ms)
+            .clone();
+        self.run::<()>(&command).await
+    }
+
+    async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
+        self.run(redis::cmd("GETDEL").arg(self.key(id))).await
+    }
+}
