@@ -53,7 +53,7 @@ async fn main() -> anyhow::Result<()> {
         version: env!("CARGO_PKG_VERSION").into(),
         instructions: None,
     };
-    let router = app::router(&cli.serve, registry, info, events, Arc::new(AnonymousOnly))?;
+    let router = app::router(&cli.serve, registry, info, events, Arc::new(AnonymousOnly)).await?;
     app::serve(&cli.serve, router).await
 }
 

@@ -11,15 +11,15 @@ use crate::config::ServeArgs;
 use crate::mrtr::{Engine, StateSealer};
 use crate::registry::Registry;
 use crate::server::{Events, Server, ServerInfo};
-use crate::store::{ContinuationStore, MemoryStore};
+use crate::store::{ContinuationStore, MemoryStore, RedisStore, RedisStoreConfig};
 use crate::transport::{self, OriginPolicy, TransportOptions};
 
 /// The MCP endpoint path.
 pub const MCP_PATH: &str = "/mcp";
 
 /// Builds the MRTR engine: sealing keys from the configuration (or a logged development key)
-/// and the in-memory continuation store.
-pub fn engine(args: &ServeArgs) -> anyhow::Result<Engine> {
+/// and the continuation store (Redis when configured, in memory otherwise).
+pub async fn engine(args: &ServeArgs) -> anyhow::Result<Engine> {
     let sealer = match &args.state_keys {
         Some(spec) => StateSealer::from_spec(spec)
             .map_err(anyhow::Error::msg)
@@ -36,19 +36,33 @@ pub fn engine(args: &ServeArgs) -> anyhow::Result<Engine> {
         key_id = sealer.active_key_id(),
         "requestState sealing ready"
     );
-    let store: Arc<dyn ContinuationStore> = Arc::new(MemoryStore::new(args.continuation_capacity));
-    Ok(Engine::new(sealer, store, args.state_ttl()))
+    Ok(Engine::new(sealer, continuation_store(args).await?, args.state_ttl()))
+}
+
+async fn continuation_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn ContinuationStore>> {
+    let Some(url) = &args.redis_url else {
+        tracing::info!(capacity = args.continuation_capacity, "continuations kept in memory");
+        return Ok(Arc::new(MemoryStore::new(args.continuation_capacity)));
+    };
+    let config = RedisStoreConfig {
+        url: url.clone(),
+        prefix: args.redis_prefix.clone(),
+        timeout: Duration::from_millis(args.redis_timeout_ms.max(1)),
+    };
+    let store = RedisStore::connect(config).await.context("connecting to the Redis continuation store")?;
+    tracing::info!(prefix = %args.redis_prefix, "continuations kept in Redis");
+    Ok(Arc::new(store))
 }
 
 /// Builds the protocol server and its HTTP router.
-pub fn router(
+pub async fn router(
     args: &ServeArgs,
     registry: Registry,
     info: ServerInfo,
     events: Events,
     authenticator: Arc<dyn Authenticator>,
 ) -> anyhow::Result<axum::Router> {
-    let server = Server::new(registry, engine(args)?, info, events);
+    let server = Server::new(registry, engine(args).await?, info, events);
     let options = TransportOptions {
         origin: OriginPolicy::new(args.allowed_origins.clone(), args.bind.ip().is_loopback()),
         authenticator,

@@ -24,6 +24,19 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_CONTINUATION_CAPACITY", default_value_t = 100_000)]
     pub continuation_capacity: u64,
 
+    /// Redis URL for the shared continuation store (`redis://127.0.0.1:6379`); every replica
+    /// pointed at the same Redis can resume any call. In-memory store when unset.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    pub redis_url: Option<String>,
+
+    /// Prefix of every Redis key this server writes.
+    #[arg(long, env = "MOVIEDB_REDIS_PREFIX", default_value = "moviedb:")]
+    pub redis_prefix: String,
+
+    /// Longest a Redis call may take before the request fails with -32603, in milliseconds.
+    #[arg(long, env = "MOVIEDB_REDIS_TIMEOUT_MS", default_value_t = 1000)]
+    pub redis_timeout_ms: u64,
+
     /// Origins allowed besides localhost, comma-separated (`*` allows any).
     #[arg(long, env = "MOVIEDB_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub allowed_origins: Vec<String>,

@@ -114,7 +114,7 @@ async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
         ),
     };
     let authenticator = Arc::new(JwtAuthenticator::new(&jwt_secret(&cli.database)?)?);
-    let router = app::router(&cli.serve, registry, info, Events::new(), authenticator)?;
+    let router = app::router(&cli.serve, registry, info, Events::new(), authenticator).await?;
     app::serve(&cli.serve, router).await
 }
 

@@ -85,6 +85,10 @@ pub struct ServerOptions {
     pub max_body_bytes: usize,
     pub allowed_origins: Vec<String>,
     pub keepalive_secs: u64,
+    /// Shared continuation store; in memory when `None`.
+    pub redis_url: Option<String>,
+    /// Sealing keys; a fresh key per server when `None`.
+    pub state_keys: Option<String>,
 }
 
 impl Default for ServerOptions {
@@ -94,6 +98,8 @@ impl Default for ServerOptions {
             max_body_bytes: 1024 * 1024,
             allowed_origins: Vec::new(),
             keepalive_secs: 15,
+            redis_url: None,
+            state_keys: None,
         }
     }
 }
@@ -142,12 +148,15 @@ impl TestServer {
         let registry = test_registry(&probes, &events);
         let args = ServeArgs {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
-            state_keys: Some(StateSealer::generate_spec("test")),
+            state_keys: Some(options.state_keys.unwrap_or_else(|| StateSealer::generate_spec("test"))),
             state_ttl_secs: options.state_ttl_secs,
             continuation_capacity: 10_000,
             allowed_origins: options.allowed_origins,
             max_body_bytes: options.max_body_bytes,
             keepalive_secs: options.keepalive_secs,
+            redis_url: options.redis_url,
+            redis_prefix: format!("moviedb-test-{}:", std::process::id()),
+            redis_timeout_ms: 1000,
         };
         let info = ServerInfo {
             name: "moviedb-mcp-tests".into(),
@@ -161,6 +170,7 @@ impl TestServer {
             events.clone(),
             Arc::new(TestUserAuthenticator),
         )
+        .await
         .expect("the router builds");
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
             .await
