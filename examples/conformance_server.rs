@@ -204,6 +204,7 @@ fn interaction_tools(registry: &mut Registry) {
             match ctx.sample("sampling", SamplingParams::user_text(args.prompt, 100)).await? {
                 Sampling::Reply(reply) => Ok(CallToolResult::text(format!("LLM response: {}", reply.text))),
                 Sampling::Unsupported => Ok(CallToolResult::error("The client does not support sampling")),
+                Sampling::Failed(why) => Ok(CallToolResult::error(format!("Sampling failed: {why}"))),
             }
         }))
         .add_tool(Tool::new("test_elicitation", "Asks the user for a response", |ctx, args: MessageArgs| async move {
@@ -303,12 +304,14 @@ fn input_required_tools(registry: &mut Registry) {
             Ok(CallToolResult::text(match ctx.sample("sample_request", params).await? {
                 Sampling::Reply(reply) => format!("Sampling response: {}", reply.text),
                 Sampling::Unsupported => "The client does not support sampling".into(),
+                Sampling::Failed(why) => format!("Sampling failed: {why}"),
             }))
         }))
         .add_tool(no_args("test_input_required_result_list_roots", "MRTR: asks for the client's roots", |ctx| async move {
             Ok(CallToolResult::text(match ctx.list_roots("roots_request").await? {
                 Roots::Listed(roots) => format!("Found {} root(s)", roots.len()),
                 Roots::Unsupported => "The client does not support roots".into(),
+                Roots::Failed(why) => format!("Listing roots failed: {why}"),
             }))
         }))
         .add_tool(no_args("test_input_required_result_request_state", "MRTR: asks for confirmation and keeps state", |ctx| async move {

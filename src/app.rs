@@ -11,7 +11,7 @@ use crate::config::ServeArgs;
 use crate::mrtr::{Engine, StateSealer};
 use crate::registry::Registry;
 use crate::server::{Events, Server, ServerInfo};
-use crate::store::{ContinuationStore, MemoryStore, RedisStore, RedisStoreConfig};
+use crate::store::{ContinuationStore, MemoryStore, RedisEventRelay, RedisStore, RedisStoreConfig};
 use crate::transport::{self, OriginPolicy, TransportOptions};
 
 /// The MCP endpoint path.
@@ -36,25 +36,39 @@ pub async fn engine(args: &ServeArgs) -> anyhow::Result<Engine> {
         key_id = sealer.active_key_id(),
         "requestState sealing ready"
     );
-    Ok(Engine::new(sealer, continuation_store(args).await?, args.state_ttl()))
+    Ok(Engine::new(
+        sealer,
+        continuation_store(args).await?,
+        args.state_ttl(),
+    ))
 }
 
-async fn continuation_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn ContinuationStore>> {
-    let Some(url) = &args.redis_url else {
-        tracing::info!(capacity = args.continuation_capacity, "continuations kept in memory");
-        return Ok(Arc::new(MemoryStore::new(args.continuation_capacity)));
-    };
-    let config = RedisStoreConfig {
+/// Where replicas share state, when Redis is configured.
+fn redis_config(args: &ServeArgs) -> Option<RedisStoreConfig> {
+    args.redis_url.as_ref().map(|url| RedisStoreConfig {
         url: url.clone(),
         prefix: args.redis_prefix.clone(),
         timeout: Duration::from_millis(args.redis_timeout_ms.max(1)),
+    })
+}
+
+async fn continuation_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn ContinuationStore>> {
+    let Some(config) = redis_config(args) else {
+        tracing::info!(
+            capacity = args.continuation_capacity,
+            "continuations kept in memory"
+        );
+        return Ok(Arc::new(MemoryStore::new(args.continuation_capacity)));
     };
-    let store = RedisStore::connect(config).await.context("connecting to the Redis continuation store")?;
+    let store = RedisStore::connect(config)
+        .await
+        .context("connecting to the Redis continuation store")?;
     tracing::info!(prefix = %args.redis_prefix, "continuations kept in Redis");
     Ok(Arc::new(store))
 }
 
-/// Builds the protocol server and its HTTP router.
+/// Builds the protocol server and its HTTP router. With Redis configured, `events` are relayed
+/// through it, so `subscriptions/listen` streams on every replica hear about every change.
 pub async fn router(
     args: &ServeArgs,
     registry: Registry,
@@ -62,12 +76,27 @@ pub async fn router(
     events: Events,
     authenticator: Arc<dyn Authenticator>,
 ) -> anyhow::Result<axum::Router> {
+    if let Some(config) = redis_config(args) {
+        let relay = RedisEventRelay::connect(&config)
+            .await
+            .context("connecting the change-event relay to Redis")?;
+        tracing::info!(
+            channel = relay.channel(),
+            "change events relayed through Redis"
+        );
+        events.relay_through(relay);
+    }
     let server = Server::new(registry, engine(args).await?, info, events);
     let options = TransportOptions {
         origin: OriginPolicy::new(args.allowed_origins.clone(), args.bind.ip().is_loopback()),
         authenticator,
         max_body_bytes: args.max_body_bytes,
         keepalive: Duration::from_secs(args.keepalive_secs.max(1)),
+        #[cfg(feature = "legacy")]
+        legacy: crate::transport::LegacyOptions {
+            request_timeout: Duration::from_secs(args.legacy_request_timeout_secs.max(1)),
+            session_ttl: Duration::from_secs(args.legacy_session_ttl_secs.max(60)),
+        },
     };
     Ok(transport::router(server, options, MCP_PATH))
 }

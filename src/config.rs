@@ -37,6 +37,15 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_REDIS_TIMEOUT_MS", default_value_t = 1000)]
     pub redis_timeout_ms: u64,
 
+    /// Legacy (2025-11-25) sessions: how long a tool waits for the client's answer to an
+    /// elicitation or sampling request, in seconds.
+    #[arg(long, env = "MOVIEDB_LEGACY_REQUEST_TIMEOUT", default_value_t = 20)]
+    pub legacy_request_timeout_secs: u64,
+
+    /// Legacy (2025-11-25) sessions: how long an idle session lives, in seconds.
+    #[arg(long, env = "MOVIEDB_LEGACY_SESSION_TTL", default_value_t = 24 * 3600)]
+    pub legacy_session_ttl_secs: u64,
+
     /// Origins allowed besides localhost, comma-separated (`*` allows any).
     #[arg(long, env = "MOVIEDB_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub allowed_origins: Vec<String>,

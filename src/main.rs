@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use moviedb_mcp::app;
 use moviedb_mcp::auth::{JwtAuthenticator, mint_token};
 use moviedb_mcp::config::ServeArgs;
+use moviedb_mcp::moviedb::summarizer::{LlmArgs, Summarizer};
 use moviedb_mcp::moviedb::{Catalogue, catalogue, seed, tools};
 use moviedb_mcp::registry::Registry;
 use moviedb_mcp::server::{Events, ServerInfo};
@@ -26,6 +27,8 @@ struct Cli {
     database: DatabaseArgs,
     #[command(flatten)]
     serve: ServeArgs,
+    #[command(flatten)]
+    llm: LlmArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -103,7 +106,8 @@ async fn main() -> anyhow::Result<()> {
 
 async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
     let mut registry = Registry::new();
-    tools::register(&mut registry, Arc::new(catalogue));
+    let summarizer = Summarizer::configure(&cli.llm, &cli.serve).await?;
+    tools::register(&mut registry, Arc::new(catalogue), Arc::new(summarizer));
     let info = ServerInfo {
         name: "moviedb-mcp".into(),
         version: env!("CARGO_PKG_VERSION").into(),

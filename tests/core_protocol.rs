@@ -907,6 +907,9 @@ async fn unparsable_json_is_a_parse_error_without_an_id() {
     );
 }
 
+/// A modern-only server has no GET stream and no sessions to delete (with the `legacy` feature,
+/// GET and DELETE belong to 2025-11-25 sessions; see tests/legacy.rs).
+#[cfg(not(feature = "legacy"))]
 #[tokio::test]
 async fn get_and_delete_are_method_not_allowed() {
     let server = TestServer::start().await;
@@ -931,6 +934,38 @@ async fn get_and_delete_are_method_not_allowed() {
             "{method} names the allowed method"
         );
     }
+}
+
+/// A modern-only server answers a legacy `initialize` with the versions it supports, so the
+/// client can tell its user why it cannot connect.
+#[cfg(not(feature = "legacy"))]
+#[tokio::test]
+async fn a_modern_only_server_names_its_versions_to_an_initialize() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let body = json!({
+        "jsonrpc": "2.0", "id": 7, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}}
+    });
+    let response = client
+        .http()
+        .post(client.url())
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(body.to_string())
+        .timeout(support::REQUEST_TIMEOUT)
+        .send()
+        .await
+        .expect("initialize");
+    assert_eq!(response.status().as_u16(), 400);
+    let message: Value = response.json().await.expect("a JSON-RPC error");
+    assert_eq!(message["id"], 7);
+    assert_eq!(message["error"]["code"], -32022);
+    assert_eq!(
+        message["error"]["data"]["supported"],
+        json!([PROTOCOL_VERSION])
+    );
+    assert_eq!(message["error"]["data"]["requested"], "2025-11-25");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
-//! The movie domain: the catalogue in SQL, review summaries, the watch list, and the tools that
-//! expose them. Nothing here knows about HTTP or JSON-RPC; tools talk to the user only through the
-//! MRTR request context.
+//! The movie domain: the catalogue in SQL, review summaries (the server's own or an LLM
+//! provider's), the watch list, and the tools that expose them. Nothing here knows about the MCP
+//! transport or JSON-RPC; tools talk to the user only through the MRTR request context.
 
 pub mod catalogue;
 pub mod model;
 pub mod seed;
+pub mod summarizer;
 pub mod summary;
 pub mod tools;
 

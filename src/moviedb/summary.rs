@@ -12,7 +12,8 @@ use super::model::Review;
 pub struct ReviewSummary {
     pub movie_id: i64,
     pub review_count: i64,
-    /// A one-sentence summary; null with fewer than three reviews.
+    /// A one-sentence summary; null with fewer than three reviews, or when the LLM's answer had
+    /// no summary line.
     pub summary: Option<String>,
     /// Recurring themes of the reviews (at most five).
     pub themes: Vec<String>,

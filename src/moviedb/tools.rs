@@ -10,10 +10,11 @@ use serde_json::json;
 
 use super::catalogue::{AddError, Catalogue};
 use super::model::{Mood, MovieSummary, Title, WatchStatus, WatchlistItem};
-use super::summary::{self, ReviewSummary};
+use super::summarizer::{LentModel, Summarizer};
+use super::summary::ReviewSummary;
 use crate::mrtr::{HandlerError, RequestContext};
 use crate::protocol::content::CallToolResult;
-use crate::protocol::input::Elicitation;
+use crate::protocol::input::{Elicitation, Sampling, SamplingParams};
 use crate::registry::{NoArguments, Registry, Tool};
 
 /// The question `addToWatchlist` asks when the agent gave no status.
@@ -82,8 +83,8 @@ pub struct Watchlist {
     pub items: Vec<WatchlistItem>,
 }
 
-/// Registers the movie tools on `registry`.
-pub fn register(registry: &mut Registry, catalogue: Arc<Catalogue>) {
+/// Registers the movie tools on `registry`; review summaries are written by `summarizer`.
+pub fn register(registry: &mut Registry, catalogue: Arc<Catalogue>, summarizer: Arc<Summarizer>) {
     let for_recommend = catalogue.clone();
     let for_summary = catalogue.clone();
     let for_add = catalogue.clone();
@@ -104,7 +105,9 @@ pub fn register(registry: &mut Registry, catalogue: Arc<Catalogue>) {
                 "summarizeMovieReviews",
                 "Summarizes what reviewers said about a movie: review count, average score (1-10), a one-sentence \
                  summary and recurring themes. Movies with fewer than three reviews get counts only.",
-                move |ctx, args: SummarizeArgs| summarize(for_summary.clone(), ctx, args),
+                move |ctx, args: SummarizeArgs| {
+                    summarize(for_summary.clone(), summarizer.clone(), ctx, args)
+                },
             )
             .title("Summarize movie reviews")
             .output::<ReviewSummary>()
@@ -157,15 +160,42 @@ async fn recommend(
 
 async fn summarize(
     catalogue: Arc<Catalogue>,
+    summarizer: Arc<Summarizer>,
     ctx: RequestContext,
     args: SummarizeArgs,
 ) -> Result<CallToolResult, HandlerError> {
     ctx.progress(0.0, Some(1.0), Some("Loading reviews")).await;
     let reviews = catalogue.reviews(args.movie_id).await.map_err(internal)?;
     ctx.progress(0.4, Some(1.0), Some("Summarizing")).await;
-    let summary = summary::summarize(args.movie_id, &reviews);
+    // A legacy client that offers sampling lends its own model (2026-07-28 clients are not asked:
+    // that revision leaves model calls to servers).
+    let client_model = ClientModel(&ctx);
+    let lent: Option<&dyn LentModel> =
+        (ctx.is_legacy() && ctx.capabilities().sampling).then_some(&client_model);
+    let summary = summarizer
+        .summarize(args.movie_id, &reviews, lent)
+        .await
+        .map_err(internal)?;
     ctx.progress(1.0, Some(1.0), Some("Done")).await;
     Ok(CallToolResult::structured(&summary))
+}
+
+/// The client's model, reached through sampling.
+struct ClientModel<'a>(&'a RequestContext);
+
+#[async_trait::async_trait]
+impl LentModel for ClientModel<'_> {
+    async fn complete(&self, instructions: &str, prompt: &str, max_tokens: u32) -> Option<String> {
+        let params = SamplingParams::user_text(prompt, max_tokens).with_system_prompt(instructions);
+        match self.0.sample("review_summary", params).await {
+            Ok(Sampling::Reply(reply)) if !reply.text.trim().is_empty() => Some(reply.text),
+            Ok(Sampling::Failed(why)) => {
+                tracing::info!("the client's model did not summarize: {why}");
+                None
+            }
+            _ => None,
+        }
+    }
 }
 
 async fn add_to_watchlist(

@@ -54,7 +54,12 @@ impl Notifier {
 
     async fn send(&self, method: &str, params: Value) {
         // A closed stream means the client went away; the handler is about to be dropped.
-        let _ = self.tx.send(notification_bytes(method, &params)).await;
+        self.send_raw(notification_bytes(method, &params)).await;
+    }
+
+    /// Sends an already-serialized message; `false` when the stream is gone.
+    pub(crate) async fn send_raw(&self, message: Vec<u8>) -> bool {
+        self.tx.send(message).await.is_ok()
     }
 }
 
@@ -104,6 +109,9 @@ struct Inner {
     meta: RequestMeta,
     notifier: Option<Notifier>,
     round: Mutex<RoundState>,
+    /// Set under a legacy session: questions go to the client as server-initiated requests.
+    #[cfg(feature = "legacy")]
+    peer: Option<super::legacy::LegacyPeer>,
 }
 
 /// A handler's view of its request. Cheap to clone; every clone is the same request.
@@ -125,8 +133,37 @@ impl RequestContext {
                 meta,
                 notifier,
                 round: Mutex::new(round),
+                #[cfg(feature = "legacy")]
+                peer: None,
             }),
         }
+    }
+
+    /// A context whose questions are sent to a legacy client and awaited.
+    #[cfg(feature = "legacy")]
+    pub(crate) fn legacy(
+        principal: Principal,
+        meta: RequestMeta,
+        notifier: Option<Notifier>,
+        peer: super::legacy::LegacyPeer,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                principal,
+                meta,
+                notifier,
+                round: Mutex::new(RoundState::default()),
+                peer: Some(peer),
+            }),
+        }
+    }
+
+    /// Whether this call is served under a legacy (2025-11-25) session.
+    pub fn is_legacy(&self) -> bool {
+        #[cfg(feature = "legacy")]
+        return self.inner.peer.is_some();
+        #[cfg(not(feature = "legacy"))]
+        false
     }
 
     pub fn principal(&self) -> &Principal {
@@ -209,6 +246,10 @@ impl RequestContext {
         &self,
         questions: Vec<(String, InputRequest)>,
     ) -> Result<Answers, HandlerError> {
+        #[cfg(feature = "legacy")]
+        if let Some(peer) = &self.inner.peer {
+            return Ok(self.ask_legacy(peer, questions).await);
+        }
         let caps = self.capabilities().clone();
         let mut round = self.round();
         let mut answers = Answers::default();
@@ -249,6 +290,40 @@ impl RequestContext {
         }
         round.pending.extend(missing);
         Err(HandlerError::InputRequired(InputPending(())))
+    }
+
+    /// The legacy era: every supported question is sent and awaited at once; nothing interrupts.
+    #[cfg(feature = "legacy")]
+    async fn ask_legacy(
+        &self,
+        peer: &super::legacy::LegacyPeer,
+        questions: Vec<(String, InputRequest)>,
+    ) -> Answers {
+        use super::legacy::{Interpreted, interpret};
+        let caps = self.capabilities();
+        let notifier = self.inner.notifier.as_ref();
+        let asked = questions.into_iter().map(|(key, request)| async move {
+            if !supports(caps, &request) {
+                let unsupported = match request {
+                    InputRequest::Elicit(_) => Interpreted::Elicitation(Elicitation::Unsupported),
+                    InputRequest::Sample(_) => Interpreted::Sampling(Sampling::Unsupported),
+                    InputRequest::ListRoots(_) => Interpreted::Roots(Roots::Unsupported),
+                };
+                return (key, unsupported);
+            }
+            let answer = peer.ask(notifier, &key, &request).await;
+            let interpreted = interpret(&key, &request, answer);
+            (key, interpreted)
+        });
+        let mut answers = Answers::default();
+        for (key, answer) in futures::future::join_all(asked).await {
+            match answer {
+                Interpreted::Elicitation(a) => answers.elicitations.push((key, a)),
+                Interpreted::Sampling(a) => answers.samplings.push((key, a)),
+                Interpreted::Roots(a) => answers.roots.push((key, a)),
+            }
+        }
+        answers
     }
 
     /// Runs `work` once per call: on a retry its remembered result is returned instead, so a

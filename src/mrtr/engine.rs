@@ -38,6 +38,9 @@ pub struct Call<'a> {
     pub principal: &'a Principal,
     pub meta: &'a RequestMeta,
     pub notifier: Option<Notifier>,
+    /// Set under a legacy session: questions are asked live instead of in rounds.
+    #[cfg(feature = "legacy")]
+    pub legacy: Option<super::legacy::LegacyPeer>,
 }
 
 /// How a round ended.
@@ -94,6 +97,11 @@ impl Engine {
         &self.sealer
     }
 
+    /// The store shared by every replica (legacy sessions live there too).
+    pub fn store(&self) -> &Arc<dyn ContinuationStore> {
+        &self.store
+    }
+
     /// Runs `handler` for one round of `call`.
     pub async fn run<T, F, Fut>(
         &self,
@@ -104,6 +112,19 @@ impl Engine {
         F: FnOnce(RequestContext) -> Fut,
         Fut: Future<Output = Result<T, HandlerError>>,
     {
+        #[cfg(feature = "legacy")]
+        if let Some(peer) = call.legacy {
+            let context = RequestContext::legacy(
+                call.principal.clone(),
+                call.meta.clone(),
+                call.notifier,
+                peer,
+            );
+            return match handler(context).await {
+                Ok(result) => Ok(Outcome::Complete(result)),
+                Err(error) => Err(protocol_error(call.method, call.name, error)),
+            };
+        }
         let responses = parse_input_responses(call.params)?;
         let digest = request_digest(call.method, call.name, call.arguments);
         let principal = call.principal.id();
@@ -136,24 +157,13 @@ impl Engine {
         );
         match handler(context.clone()).await {
             Ok(result) => Ok(Outcome::Complete(result)),
-            Err(HandlerError::Protocol(error)) => Err(error),
-            Err(HandlerError::Internal(error)) => {
-                tracing::error!(
-                    method = call.method,
-                    name = call.name,
-                    "handler failed: {error:#}"
-                );
-                Err(ProtocolError::internal(format!(
-                    "Internal error while handling {} {}",
-                    call.method, call.name
-                )))
-            }
             Err(HandlerError::InputRequired(_)) => {
                 let round = context.take_round();
                 self.park(round, principal, digest)
                     .await
                     .map(Outcome::InputRequired)
             }
+            Err(error) => Err(protocol_error(call.method, call.name, error)),
         }
     }
 
@@ -227,6 +237,20 @@ impl Engine {
             requests: round.pending,
             request_state: self.sealer.seal(&claims),
         })
+    }
+}
+
+/// The JSON-RPC error a failed handler answers with; internal failures are logged, not shown.
+fn protocol_error(method: &str, name: &str, error: HandlerError) -> ProtocolError {
+    match error {
+        HandlerError::Protocol(error) => error,
+        HandlerError::Internal(error) => {
+            tracing::error!(method, name, "handler failed: {error:#}");
+            ProtocolError::internal(format!("Internal error while handling {method} {name}"))
+        }
+        HandlerError::InputRequired(_) => {
+            ProtocolError::internal(format!("{method} {name} asked for input it cannot get"))
+        }
     }
 }
 

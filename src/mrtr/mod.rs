@@ -9,8 +9,12 @@
 
 pub mod context;
 pub mod engine;
+#[cfg(feature = "legacy")]
+pub mod legacy;
 pub mod seal;
 
 pub use context::{Answers, HandlerError, Notifier, RequestContext};
 pub use engine::{Call, Engine, InputRequired, Outcome};
+#[cfg(feature = "legacy")]
+pub use legacy::{LegacyPeer, PendingAnswers};
 pub use seal::{SealError, StateSealer};

@@ -163,6 +163,8 @@ pub enum Sampling {
     Reply(SamplingReply),
     /// The client did not declare sampling.
     Unsupported,
+    /// The client was asked but gave no reply: it refused, failed or did not answer in time.
+    Failed(String),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -232,6 +234,8 @@ pub enum Roots {
     Listed(Vec<Root>),
     /// The client did not declare roots.
     Unsupported,
+    /// The client was asked but gave no list: it failed or did not answer in time.
+    Failed(String),
 }
 
 impl Roots {

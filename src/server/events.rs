@@ -1,13 +1,24 @@
 //! Server-side change events (list changes, resource updates) fanned out to every open
 //! `subscriptions/listen` stream, and the per-stream filter that decides which ones a client sees.
+//!
+//! A server running alone delivers its events to its own listeners. Replicas sharing Redis relay
+//! them through it instead: `notify` publishes, and every replica (the one that published
+//! included) delivers what it receives to its listeners, so each stream sees each event once,
+//! whichever replica the change went through.
+
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{Map, Value, json};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
 use crate::protocol::ProtocolError;
 use crate::protocol::RequestId;
 use crate::protocol::jsonrpc::notification_bytes;
 use crate::protocol::version::META_SUBSCRIPTION_ID;
+use crate::store::RedisEventRelay;
+
+/// Events waiting to be published; beyond this they are delivered locally only.
+const OUTBOX_CAPACITY: usize = 256;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerEvent {
@@ -17,16 +28,51 @@ pub enum ServerEvent {
     ResourceUpdated(String),
 }
 
+impl ServerEvent {
+    /// The compact form relayed between replicas: one letter, then the URI of an updated resource.
+    fn to_wire(&self) -> Vec<u8> {
+        match self {
+            Self::ToolsListChanged => b"T".to_vec(),
+            Self::PromptsListChanged => b"P".to_vec(),
+            Self::ResourcesListChanged => b"R".to_vec(),
+            Self::ResourceUpdated(uri) => [b"U", uri.as_bytes()].concat(),
+        }
+    }
+
+    /// Reads [`Self::to_wire`]'s form; `None` for anything else.
+    fn from_wire(bytes: &[u8]) -> Option<Self> {
+        match bytes.split_first()? {
+            (b'T', []) => Some(Self::ToolsListChanged),
+            (b'P', []) => Some(Self::PromptsListChanged),
+            (b'R', []) => Some(Self::ResourcesListChanged),
+            (b'U', uri) => String::from_utf8(uri.to_vec())
+                .ok()
+                .map(Self::ResourceUpdated),
+            _ => None,
+        }
+    }
+}
+
 /// The fan-out point for change events. Cloning shares the same channel.
 #[derive(Clone)]
 pub struct Events {
-    tx: broadcast::Sender<ServerEvent>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// This server's listeners.
+    local: broadcast::Sender<ServerEvent>,
+    /// Events on their way to the relay, once the server relays through Redis.
+    outbox: OnceLock<mpsc::Sender<ServerEvent>>,
 }
 
 impl Default for Events {
     fn default() -> Self {
         Self {
-            tx: broadcast::channel(256).0,
+            shared: Arc::new(Shared {
+                local: broadcast::channel(256).0,
+                outbox: OnceLock::new(),
+            }),
         }
     }
 }
@@ -36,13 +82,77 @@ impl Events {
         Self::default()
     }
 
-    /// Delivers `event` to every listener that opted in; nobody listening is fine.
+    /// Delivers `event` to every listener that opted in, on every replica when relayed; nobody
+    /// listening is fine.
     pub fn notify(&self, event: ServerEvent) {
-        let _ = self.tx.send(event);
+        let Some(outbox) = self.shared.outbox.get() else {
+            let _ = self.shared.local.send(event);
+            return;
+        };
+        if let Err(full) = outbox.try_send(event) {
+            tracing::warn!("change-event relay is backed up; delivering on this replica only");
+            let _ = self.shared.local.send(full.into_inner());
+        }
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<ServerEvent> {
-        self.tx.subscribe()
+        self.shared.local.subscribe()
+    }
+
+    /// From now on, relays every event through `relay` so the listeners of every replica sharing
+    /// it hear about it. The relay runs until the last clone of these events is dropped; events
+    /// already relaying keep their first relay.
+    pub fn relay_through(&self, relay: RedisEventRelay) {
+        let (outbox, pending) = mpsc::channel(OUTBOX_CAPACITY);
+        if self.shared.outbox.set(outbox).is_err() {
+            tracing::warn!("change events already relay through Redis; kept the first relay");
+            return;
+        }
+        tokio::spawn(run_relay(relay, pending, self.shared.local.clone()));
+    }
+}
+
+/// Publishes this server's events in order, and delivers every event any replica published.
+async fn run_relay(
+    mut relay: RedisEventRelay,
+    mut pending: mpsc::Receiver<ServerEvent>,
+    local: broadcast::Sender<ServerEvent>,
+) {
+    loop {
+        tokio::select! {
+            event = pending.recv() => {
+                let Some(event) = event else { return };
+                publish(&relay, event, &local).await;
+            }
+            Some(payload) = relay.next_message() => match ServerEvent::from_wire(&payload) {
+                Some(event) => {
+                    let _ = local.send(event);
+                }
+                None => tracing::warn!(
+                    channel = relay.channel(),
+                    "ignored an unreadable change event"
+                ),
+            },
+        }
+    }
+}
+
+/// Publishes `event`; when that fails, or when no subscriber (this replica's own included) is
+/// connected to receive it, delivers it to this replica's listeners directly.
+async fn publish(
+    relay: &RedisEventRelay,
+    event: ServerEvent,
+    local: &broadcast::Sender<ServerEvent>,
+) {
+    match relay.publish(&event.to_wire()).await {
+        Ok(0) => {
+            let _ = local.send(event);
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!("could not relay a change event ({e}); delivering on this replica only");
+            let _ = local.send(event);
+        }
     }
 }
 
@@ -156,5 +266,41 @@ impl Subscription {
         };
         params["_meta"] = self.meta();
         notification_bytes(method, &params)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_event_survives_the_wire_form() {
+        for event in [
+            ServerEvent::ToolsListChanged,
+            ServerEvent::PromptsListChanged,
+            ServerEvent::ResourcesListChanged,
+            ServerEvent::ResourceUpdated("test://items/ä?x=1".into()),
+            ServerEvent::ResourceUpdated(String::new()),
+        ] {
+            assert_eq!(ServerEvent::from_wire(&event.to_wire()), Some(event));
+        }
+    }
+
+    #[test]
+    fn anything_else_on_the_wire_is_refused() {
+        for junk in [&b""[..], b"X", b"TT", b"tools", b"U\xff\xfe"] {
+            assert_eq!(ServerEvent::from_wire(junk), None, "{junk:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn without_a_relay_events_reach_local_listeners() {
+        let events = Events::new();
+        let mut listener = events.subscribe();
+        events.notify(ServerEvent::ResourceUpdated("test://a".into()));
+        assert_eq!(
+            listener.recv().await.ok(),
+            Some(ServerEvent::ResourceUpdated("test://a".into()))
+        );
     }
 }

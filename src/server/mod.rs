@@ -48,6 +48,17 @@ pub struct RequestEnv {
     pub principal: Principal,
     pub meta: RequestMeta,
     pub notifier: Option<Notifier>,
+    pub era: Era,
+}
+
+/// Which protocol era a request is served in.
+#[derive(Clone)]
+pub enum Era {
+    /// 2026-07-28: stateless, results carry `resultType`, questions come back as `input_required`.
+    Modern,
+    /// 2025-11-25 under a session: plain results, questions sent to the client and awaited.
+    #[cfg(feature = "legacy")]
+    Legacy(crate::mrtr::LegacyPeer),
 }
 
 /// A successful answer to a request.
@@ -102,6 +113,10 @@ impl Server {
         &self.registry
     }
 
+    pub fn info(&self) -> &ServerInfo {
+        &self.info
+    }
+
     pub fn events(&self) -> &Events {
         &self.events
     }
@@ -148,6 +163,7 @@ impl Server {
         params: &Map<String, Value>,
         env: RequestEnv,
     ) -> Result<Reply, ProtocolError> {
+        let modern = matches!(env.era, Era::Modern);
         let (result, ttl_ms, scope) = match method {
             "server/discover" => (self.discover(), Some(self.cache.discover_ttl_ms), "public"),
             "tools/list" => {
@@ -202,18 +218,32 @@ impl Server {
                 )
             }
             "completion/complete" => (self.complete(params)?, None, ""),
-            "tools/call" => return self.call_tool(params, env).await,
-            "prompts/get" => return self.get_prompt(params, env).await,
-            "resources/read" => match self.read_resource(params, env).await? {
-                Reply::Complete(result) => (result, Some(self.cache.read_ttl_ms), "private"),
-                input_required => return Ok(input_required),
-            },
+            "tools/call" => {
+                return self
+                    .call_tool(params, env)
+                    .await
+                    .map(|r| decorate(r, modern, None));
+            }
+            "prompts/get" => {
+                return self
+                    .get_prompt(params, env)
+                    .await
+                    .map(|r| decorate(r, modern, None));
+            }
+            "resources/read" => {
+                let hints = (self.cache.read_ttl_ms, "private");
+                return self
+                    .read_resource(params, env)
+                    .await
+                    .map(|r| decorate(r, modern, Some(hints)));
+            }
             other => return Err(ProtocolError::method_not_found(other)),
         };
-        Ok(Reply::Complete(complete(
-            result,
+        Ok(decorate(
+            Reply::Complete(result),
+            modern,
             ttl_ms.map(|ttl| (ttl, scope)),
-        )))
+        ))
     }
 
     fn discover(&self) -> Value {
@@ -357,6 +387,11 @@ impl Server {
             principal: &env.principal,
             meta: &env.meta,
             notifier: env.notifier.clone(),
+            #[cfg(feature = "legacy")]
+            legacy: match &env.era {
+                Era::Legacy(peer) => Some(peer.clone()),
+                Era::Modern => None,
+            },
         }
     }
 }
@@ -377,12 +412,20 @@ fn to_value<T: Serialize>(result: &T) -> Value {
 
 fn finish<T: Serialize>(outcome: Outcome<T>) -> Reply {
     match outcome {
-        Outcome::Complete(result) => Reply::Complete(complete(to_value(&result), None)),
+        Outcome::Complete(result) => Reply::Complete(to_value(&result)),
         Outcome::InputRequired(input) => Reply::InputRequired(input),
     }
 }
 
-/// Marks a result `complete` and adds caching hints where the method is cacheable.
+/// On the modern wire, marks a complete result `complete` and adds caching hints where the method
+/// is cacheable; legacy results go out as they are.
+fn decorate(reply: Reply, modern: bool, cache: Option<(u64, &str)>) -> Reply {
+    match reply {
+        Reply::Complete(result) if modern => Reply::Complete(complete(result, cache)),
+        other => other,
+    }
+}
+
 fn complete(mut result: Value, cache: Option<(u64, &str)>) -> Value {
     if let Some(object) = result.as_object_mut() {
         object.insert("resultType".into(), json!("complete"));

@@ -15,12 +15,18 @@ struct Parked {
 
 struct PerEntryTtl;
 
-impl moka::Expiry<ContinuationId, Parked> for PerEntryTtl {
-    fn expire_after_create(
+impl<K> moka::Expiry<K, Parked> for PerEntryTtl {
+    fn expire_after_create(&self, _: &K, parked: &Parked, _: Instant) -> Option<Duration> {
+        Some(parked.ttl)
+    }
+
+    /// A rewritten record starts its time-to-live afresh.
+    fn expire_after_update(
         &self,
-        _: &ContinuationId,
+        _: &K,
         parked: &Parked,
         _: Instant,
+        _: Option<Duration>,
     ) -> Option<Duration> {
         Some(parked.ttl)
     }
@@ -30,12 +36,19 @@ impl moka::Expiry<ContinuationId, Parked> for PerEntryTtl {
 /// first; an evicted continuation is reported like an expired one.
 pub struct MemoryStore {
     parked: moka::sync::Cache<ContinuationId, Parked>,
+    #[cfg(feature = "legacy")]
+    records: moka::sync::Cache<String, Parked>,
 }
 
 impl MemoryStore {
     pub fn new(capacity: u64) -> Self {
         Self {
             parked: moka::sync::Cache::builder()
+                .max_capacity(capacity)
+                .expire_after(PerEntryTtl)
+                .build(),
+            #[cfg(feature = "legacy")]
+            records: moka::sync::Cache::builder()
                 .max_capacity(capacity)
                 .expire_after(PerEntryTtl)
                 .build(),
@@ -66,6 +79,34 @@ impl ContinuationStore for MemoryStore {
             .parked
             .remove(&id)
             .map(|parked| parked.payload.to_vec()))
+    }
+
+    #[cfg(feature = "legacy")]
+    async fn write_record(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.records.insert(
+            key.to_owned(),
+            Parked {
+                payload: value.into(),
+                ttl,
+            },
+        );
+        Ok(())
+    }
+
+    #[cfg(feature = "legacy")]
+    async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.records.get(key).map(|parked| parked.payload.to_vec()))
+    }
+
+    #[cfg(feature = "legacy")]
+    async fn delete_record(&self, key: &str) -> Result<(), StoreError> {
+        self.records.invalidate(key);
+        Ok(())
     }
 }
 

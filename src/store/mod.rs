@@ -2,13 +2,16 @@
 //! time-to-live, take at most once.
 //!
 //! The in-memory store serves a single process; the Redis store lets any replica resume a call.
-//! Both make `take` atomic, which is what makes a `requestState` single-use.
+//! Both make `take` atomic, which is what makes a `requestState` single-use. With Redis, change
+//! events travel between replicas through it as well ([`RedisEventRelay`]).
 
 mod memory;
 mod redis;
+mod redis_events;
 
 pub use memory::MemoryStore;
 pub use redis::{RedisStore, RedisStoreConfig};
+pub use redis_events::RedisEventRelay;
 
 use std::time::Duration;
 
@@ -57,4 +60,20 @@ pub trait ContinuationStore: Send + Sync + 'static {
 
     /// Removes and returns the payload; `None` if it was never stored, expired or already taken.
     async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Writes a small record every replica must see (a legacy session) for at most `ttl`.
+    #[cfg(feature = "legacy")]
+    async fn write_record(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// Reads a record; `None` if it was never written, expired or was deleted.
+    #[cfg(feature = "legacy")]
+    async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+
+    #[cfg(feature = "legacy")]
+    async fn delete_record(&self, key: &str) -> Result<(), StoreError>;
 }

@@ -27,20 +27,7 @@ pub struct RedisStore {
 impl RedisStore {
     /// Connects (failing at once if Redis cannot be reached now).
     pub async fn connect(config: RedisStoreConfig) -> Result<Self, StoreError> {
-        let client = redis::Client::open(config.url.as_str())
-            .map_err(|e| StoreError(format!("bad REDIS_URL: {e}")))?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.timeout))
-            .set_response_timeout(Some(config.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let connection = tokio::time::timeout(
-            config.timeout * 3,
-            ConnectionManager::new_with_config(client, manager_config),
-        )
-        .await
-        .map_err(|_| StoreError("timed out connecting to Redis".into()))?
-        .map_err(|e| StoreError(e.to_string()))?;
+        let (_, connection) = connect(&config).await?;
         Ok(Self {
             connection,
             prefix: config.prefix,
@@ -48,20 +35,56 @@ impl RedisStore {
         })
     }
 
+    #[cfg(feature = "legacy")]
+    fn record_key(&self, key: &str) -> String {
+        format!("{}record:{key}", self.prefix)
+    }
+
     fn key(&self, id: ContinuationId) -> String {
         format!("{}{}", self.prefix, id.to_hex())
     }
 
     async fn run<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, StoreError> {
-        let mut connection = self.connection.clone();
-        match tokio::time::timeout(self.timeout, command.query_async(&mut connection)).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(StoreError(e.to_string())),
-            Err(_) => Err(StoreError(format!(
-                "Redis did not answer within {} ms",
-                self.timeout.as_millis()
-            ))),
-        }
+        query(&self.connection, self.timeout, command).await
+    }
+}
+
+/// Opens the client and a connection that reconnects by itself, failing at once if Redis cannot
+/// be reached now.
+pub(super) async fn connect(
+    config: &RedisStoreConfig,
+) -> Result<(redis::Client, ConnectionManager), StoreError> {
+    let client = redis::Client::open(config.url.as_str())
+        .map_err(|e| StoreError(format!("bad REDIS_URL: {e}")))?;
+    let manager_config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.timeout))
+        .set_response_timeout(Some(config.timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500));
+    let connection = tokio::time::timeout(
+        config.timeout * 3,
+        ConnectionManager::new_with_config(client.clone(), manager_config),
+    )
+    .await
+    .map_err(|_| StoreError("timed out connecting to Redis".into()))?
+    .map_err(|e| StoreError(e.to_string()))?;
+    Ok((client, connection))
+}
+
+/// Runs one command, failing when Redis errs or does not answer within `timeout`.
+pub(super) async fn query<T: redis::FromRedisValue>(
+    connection: &ConnectionManager,
+    timeout: Duration,
+    command: &redis::Cmd,
+) -> Result<T, StoreError> {
+    let mut connection = connection.clone();
+    match tokio::time::timeout(timeout, command.query_async(&mut connection)).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(StoreError(e.to_string())),
+        Err(_) => Err(StoreError(format!(
+            "Redis did not answer within {} ms",
+            timeout.as_millis()
+        ))),
     }
 }
 
@@ -85,5 +108,33 @@ impl ContinuationStore for RedisStore {
 
     async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
         self.run(redis::cmd("GETDEL").arg(self.key(id))).await
+    }
+
+    #[cfg(feature = "legacy")]
+    async fn write_record(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let command = redis::cmd("SET")
+            .arg(self.record_key(key))
+            .arg(value)
+            .arg("PX")
+            .arg(ttl_ms)
+            .clone();
+        self.run::<()>(&command).await
+    }
+
+    #[cfg(feature = "legacy")]
+    async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.run(redis::cmd("GET").arg(self.record_key(key))).await
+    }
+
+    #[cfg(feature = "legacy")]
+    async fn delete_record(&self, key: &str) -> Result<(), StoreError> {
+        self.run::<()>(redis::cmd("DEL").arg(self.record_key(key)))
+            .await
     }
 }

@@ -17,10 +17,10 @@ use crate::auth::Principal;
 use crate::mrtr::Notifier;
 use crate::protocol::jsonrpc::{error_bytes, success_bytes};
 use crate::protocol::{Incoming, ProtocolError, RequestId, RequestMeta, version};
-use crate::server::{RequestEnv, Subscription};
+use crate::server::{Era, RequestEnv, Subscription};
 
 /// Methods whose handlers may stream progress or log messages before their result.
-const STREAMABLE: [&str; 3] = ["tools/call", "prompts/get", "resources/read"];
+pub(super) const STREAMABLE: [&str; 3] = ["tools/call", "prompts/get", "resources/read"];
 
 pub(super) async fn post(
     State(endpoint): State<Arc<Endpoint>>,
@@ -61,20 +61,31 @@ pub(super) async fn post(
             return error(StatusCode::PAYLOAD_TOO_LARGE, None, &too_large);
         }
     };
-    match Incoming::parse(&body) {
-        Err((id, e)) => error_response(id.as_ref(), &e),
+    let incoming = match Incoming::parse(&body) {
+        Ok(incoming) => incoming,
+        Err((id, e)) => return error_response(id.as_ref(), &e),
+    };
+    #[cfg(feature = "legacy")]
+    if super::legacy::routes_here(&headers, &incoming) {
+        return super::legacy::post(&endpoint, &headers, accept, incoming).await;
+    }
+    #[cfg(not(feature = "legacy"))]
+    if let Some(refusal) = refuse_initialize(&incoming) {
+        return refusal;
+    }
+    match incoming {
         // No client notification is defined for this wire; accept and ignore, as the binding says.
-        Ok(Incoming::Notification { .. }) => Response::builder()
+        Incoming::Notification { .. } => Response::builder()
             .status(StatusCode::ACCEPTED)
             .body(Body::empty())
             .unwrap_or_default(),
-        Ok(Incoming::Response { id, .. }) => error_response(
+        Incoming::Response { id, .. } => error_response(
             Some(&id),
             &ProtocolError::invalid_request(
                 "Clients must not send JSON-RPC responses on this protocol version",
             ),
         ),
-        Ok(Incoming::Request { id, method, params }) => {
+        Incoming::Request { id, method, params } => {
             match request(&endpoint, &headers, accept, &id, &method, params).await {
                 Ok(response) => response,
                 Err(e) => error_response(Some(&id), &e),
@@ -83,6 +94,25 @@ pub(super) async fn post(
     }
 }
 
+/// A modern-only server answers `initialize` with the versions it does support, so a legacy
+/// client can show its user why it cannot connect.
+#[cfg(not(feature = "legacy"))]
+fn refuse_initialize(incoming: &Incoming) -> Option<Response<Body>> {
+    let Incoming::Request { id, method, params } = incoming else {
+        return None;
+    };
+    if method != "initialize" || params.contains_key("_meta") {
+        return None;
+    }
+    let requested = params
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    let refusal = ProtocolError::unsupported_version(requested, &version::supported());
+    Some(error_response(Some(id), &refusal))
+}
+
+#[cfg(not(feature = "legacy"))]
 pub(super) async fn method_not_allowed() -> Response<Body> {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
@@ -162,6 +192,7 @@ async fn request(
             principal,
             meta,
             notifier: None,
+            era: Era::Modern,
         };
         let reply = server.handle(method, &params, env).await?;
         return Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)));
@@ -170,6 +201,7 @@ async fn request(
         endpoint,
         principal,
         meta,
+        Era::Modern,
         id.clone(),
         method.to_owned(),
         params,
@@ -186,10 +218,11 @@ enum Frame {
 /// Runs the request in its own task and streams its notifications, then its response. Nothing is
 /// sent until the first frame exists, so a request that fails (or finishes) before notifying
 /// anything gets a plain JSON answer with the error's own HTTP status.
-async fn streamed(
+pub(super) async fn streamed(
     endpoint: &Arc<Endpoint>,
     principal: Principal,
     meta: RequestMeta,
+    era: Era,
     id: RequestId,
     method: String,
     params: Map<String, Value>,
@@ -203,6 +236,7 @@ async fn streamed(
             principal,
             meta,
             notifier: Some(Notifier::new(notes_tx)),
+            era,
         };
         let forward = frames_tx.clone();
         let relay = async move {
@@ -279,8 +313,8 @@ fn listen(endpoint: &Arc<Endpoint>, subscription: Subscription) -> Response<Body
 
 /// What the client accepts.
 #[derive(Debug, Clone, Copy)]
-struct Accept {
-    sse: bool,
+pub(super) struct Accept {
+    pub(super) sse: bool,
 }
 
 impl Accept {
@@ -314,16 +348,20 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
 }
 
-fn error_response(id: Option<&RequestId>, e: &ProtocolError) -> Response<Body> {
+pub(super) fn error_response(id: Option<&RequestId>, e: &ProtocolError) -> Response<Body> {
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
     error(status, id, e)
 }
 
-fn error(status: StatusCode, id: Option<&RequestId>, e: &ProtocolError) -> Response<Body> {
+pub(super) fn error(
+    status: StatusCode,
+    id: Option<&RequestId>,
+    e: &ProtocolError,
+) -> Response<Body> {
     sse::json(status, error_bytes(id, e))
 }
 
-fn unauthorized(id: &RequestId, reason: &str) -> Response<Body> {
+pub(super) fn unauthorized(id: &RequestId, reason: &str) -> Response<Body> {
     let mut response = error(
         StatusCode::UNAUTHORIZED,
         Some(id),

@@ -5,6 +5,8 @@
 
 mod headers;
 mod http;
+#[cfg(feature = "legacy")]
+mod legacy;
 mod origin;
 mod sse;
 
@@ -15,6 +17,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::post;
 
+#[cfg(feature = "legacy")]
+pub use legacy::LegacyOptions;
 pub use origin::OriginPolicy;
 
 use crate::auth::Authenticator;
@@ -27,24 +31,33 @@ pub struct TransportOptions {
     pub max_body_bytes: usize,
     /// Period of SSE comment lines on long-lived streams.
     pub keepalive: Duration,
+    #[cfg(feature = "legacy")]
+    pub legacy: legacy::LegacyOptions,
 }
 
 pub(crate) struct Endpoint {
     server: Arc<Server>,
     options: TransportOptions,
+    /// Calls waiting for a legacy client's answer to a server-initiated request.
+    #[cfg(feature = "legacy")]
+    pending: Arc<crate::mrtr::PendingAnswers>,
 }
 
 /// The router serving MCP at `path`.
 pub fn router(server: Arc<Server>, options: TransportOptions, path: &str) -> Router {
-    let endpoint = Arc::new(Endpoint { server, options });
-    Router::new()
-        .route(
-            path,
-            post(http::post)
-                .get(http::method_not_allowed)
-                .delete(http::method_not_allowed),
-        )
-        .with_state(endpoint)
+    let endpoint = Arc::new(Endpoint {
+        server,
+        options,
+        #[cfg(feature = "legacy")]
+        pending: Arc::default(),
+    });
+    #[cfg(feature = "legacy")]
+    let route = post(http::post).get(legacy::get).delete(legacy::delete);
+    #[cfg(not(feature = "legacy"))]
+    let route = post(http::post)
+        .get(http::method_not_allowed)
+        .delete(http::method_not_allowed);
+    Router::new().route(path, route).with_state(endpoint)
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, with Nagle's algorithm off on every

@@ -5,6 +5,11 @@
 //! Each test file that uses it declares `mod support;`; not every file uses every helper.
 #![allow(dead_code)]
 
+pub mod cluster;
+pub mod legacy;
+pub mod openai;
+pub mod postgres;
+
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,7 +28,7 @@ use moviedb_mcp::protocol::LogLevel;
 use moviedb_mcp::protocol::content::{
     CallToolResult, Content, GetPromptResult, PromptMessage, ReadResourceResult, ResourceContents,
 };
-use moviedb_mcp::protocol::input::Elicitation;
+use moviedb_mcp::protocol::input::{Elicitation, Sampling, SamplingParams};
 use moviedb_mcp::registry::{NoArguments, Prompt, Registry, Resource, ResourceTemplate, Tool};
 use moviedb_mcp::server::{Events, ServerEvent, ServerInfo};
 use reqwest::StatusCode;
@@ -43,7 +48,7 @@ pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The tools `tools/list` shows, in registration order (hidden trigger tools are not listed).
-pub const LISTED_TOOLS: [&str; 9] = [
+pub const LISTED_TOOLS: [&str; 10] = [
     "simple_text",
     "greet",
     "three_questions",
@@ -52,6 +57,7 @@ pub const LISTED_TOOLS: [&str; 9] = [
     "chatty",
     "slow_progress",
     "needs_sampling",
+    "ask_model",
     "regional",
 ];
 
@@ -89,6 +95,8 @@ pub struct ServerOptions {
     pub redis_url: Option<String>,
     /// Sealing keys; a fresh key per server when `None`.
     pub state_keys: Option<String>,
+    /// How long a legacy call waits for the client's answer.
+    pub legacy_request_timeout_secs: u64,
 }
 
 impl Default for ServerOptions {
@@ -100,6 +108,7 @@ impl Default for ServerOptions {
             keepalive_secs: 15,
             redis_url: None,
             state_keys: None,
+            legacy_request_timeout_secs: 20,
         }
     }
 }
@@ -148,7 +157,11 @@ impl TestServer {
         let registry = test_registry(&probes, &events);
         let args = ServeArgs {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
-            state_keys: Some(options.state_keys.unwrap_or_else(|| StateSealer::generate_spec("test"))),
+            state_keys: Some(
+                options
+                    .state_keys
+                    .unwrap_or_else(|| StateSealer::generate_spec("test")),
+            ),
             state_ttl_secs: options.state_ttl_secs,
             continuation_capacity: 10_000,
             allowed_origins: options.allowed_origins,
@@ -157,6 +170,8 @@ impl TestServer {
             redis_url: options.redis_url,
             redis_prefix: format!("moviedb-test-{}:", std::process::id()),
             redis_timeout_ms: 1000,
+            legacy_request_timeout_secs: options.legacy_request_timeout_secs,
+            legacy_session_ttl_secs: 3600,
         };
         let info = ServerInfo {
             name: "moviedb-mcp-tests".into(),
@@ -401,6 +416,21 @@ fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
         },
     ));
 
+    registry.add_tool(no_args(
+        "ask_model",
+        "Asks the client's model for a one-line verdict; says why when there is none",
+        |ctx| async move {
+            let question = SamplingParams::user_text("Give a one-line verdict on Casablanca.", 50);
+            Ok(CallToolResult::text(
+                match ctx.sample("verdict", question).await? {
+                    Sampling::Reply(reply) => format!("model said: {}", reply.text),
+                    Sampling::Unsupported => "no model: sampling not declared".to_owned(),
+                    Sampling::Failed(why) => format!("no model: {why}"),
+                },
+            ))
+        },
+    ));
+
     registry.add_tool(Tool::with_raw_schema(
         "regional",
         "Echoes its region, which is mirrored in the Mcp-Param-Region header",
@@ -500,62 +530,80 @@ fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
 pub mod schema {
     use super::*;
 
+    /// The revision most tests speak.
+    pub const MODERN: &str = "2026-07-28";
+    /// The revision of legacy (initialize) sessions.
+    pub const LEGACY: &str = "2025-11-25";
+
     /// Where CI places the spec: `shared/` next to the repository.
-    pub fn schema_path() -> PathBuf {
-        PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/spec/2026-07-28/schema.json"
-        ))
+    pub fn schema_path_of(revision: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/spec")
+            .join(revision)
+            .join("schema.json")
     }
 
-    fn defs() -> &'static Value {
-        static DEFS: OnceLock<Value> = OnceLock::new();
-        DEFS.get_or_init(|| {
-            let path = schema_path();
+    pub fn schema_path() -> PathBuf {
+        schema_path_of(MODERN)
+    }
+
+    fn defs(revision: &str) -> &'static Value {
+        static DEFS: OnceLock<Mutex<HashMap<String, &'static Value>>> = OnceLock::new();
+        let cache = DEFS.get_or_init(|| Mutex::new(HashMap::new()));
+        let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.entry(revision.to_owned()).or_insert_with(|| {
+            let path = schema_path_of(revision);
             let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
                 panic!("cannot read the MCP schema at {}: {e}", path.display())
             });
             let schema: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
                 panic!("the MCP schema at {} is not JSON: {e}", path.display())
             });
-            schema
+            let defs = schema
                 .get("$defs")
+                .or_else(|| schema.get("definitions"))
                 .cloned()
-                .unwrap_or_else(|| panic!("the MCP schema at {} has no $defs", path.display()))
+                .unwrap_or_else(|| panic!("the MCP schema at {} has no $defs", path.display()));
+            Box::leak(Box::new(defs))
         })
     }
 
     /// Whether the schema defines `name`.
     pub fn has_def(name: &str) -> bool {
-        defs().get(name).is_some()
+        defs(MODERN).get(name).is_some()
     }
 
-    /// The compiled validator for one definition, built once per definition.
-    fn validator(name: &str) -> Arc<jsonschema::Validator> {
+    /// The compiled validator for one definition of one revision, built once.
+    fn validator(revision: &str, name: &str) -> Arc<jsonschema::Validator> {
         static VALIDATORS: OnceLock<Mutex<HashMap<String, Arc<jsonschema::Validator>>>> =
             OnceLock::new();
         let cache = VALIDATORS.get_or_init(|| Mutex::new(HashMap::new()));
         let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(validator) = cache.get(name) {
+        let cache_key = format!("{revision}/{name}");
+        if let Some(validator) = cache.get(&cache_key) {
             return validator.clone();
         }
-        assert!(has_def(name), "the MCP schema has no definition {name}");
+        let defs = defs(revision);
+        assert!(
+            defs.get(name).is_some(),
+            "the {revision} MCP schema has no definition {name}"
+        );
         let wrapped = json!({
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "$ref": format!("#/$defs/{name}"),
-            "$defs": defs(),
+            "$defs": defs,
         });
         let validator = Arc::new(
             jsonschema::validator_for(&wrapped)
                 .unwrap_or_else(|e| panic!("cannot compile the schema for {name}: {e}")),
         );
-        cache.insert(name.to_owned(), validator.clone());
+        cache.insert(cache_key, validator.clone());
         validator
     }
 
-    /// Validates `instance` against the definition `name`; the error lists every violation.
-    pub fn check(name: &str, instance: &Value) -> Result<(), String> {
-        let validator = validator(name);
+    /// Validates `instance` against the definition `name` of `revision`.
+    pub fn check_in(revision: &str, name: &str, instance: &Value) -> Result<(), String> {
+        let validator = validator(revision, name);
         let errors: Vec<String> = validator
             .iter_errors(instance)
             .map(|e| format!("  - at {}: {e}", e.instance_path()))
@@ -564,10 +612,15 @@ pub mod schema {
             Ok(())
         } else {
             Err(format!(
-                "does not match {name}:\n{}\nmessage: {instance}",
+                "does not match {revision} {name}:\n{}\nmessage: {instance}",
                 errors.join("\n")
             ))
         }
+    }
+
+    /// Validates `instance` against the definition `name` of the modern schema.
+    pub fn check(name: &str, instance: &Value) -> Result<(), String> {
+        check_in(MODERN, name, instance)
     }
 
     /// Panics unless `instance` matches the definition `name`.

@@ -1,0 +1,168 @@
+//! Runs several replicas of an MCP server behind a round-robin HTTP balancer, sharing Redis (and
+//! PostgreSQL when given), the way a deployment would: for the tests, and for trying it by hand.
+//!
+//! ```sh
+//! cargo build --examples
+//! target/debug/examples/cluster --replicas 3 --database-url postgres://postgres@127.0.0.1/moviedb
+//! target/debug/examples/cluster --bin target/debug/examples/conformance_server -- --redis-prefix conf:
+//! ```
+//!
+//! Every replica gets the same `MOVIEDB_STATE_KEYS` and `MOVIEDB_JWT_SECRET` (taken from the
+//! environment, or generated for this run), so any of them opens any `requestState` and accepts any
+//! token. The balancer runs in this process: it sends each request to the next replica, streams the
+//! response back as it comes, and says which replica served it in `X-Moviedb-Replica`. Ctrl-C or
+//! SIGTERM stops the balancer and the replicas.
+
+mod balancer;
+mod replicas;
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Parser;
+use moviedb_mcp::app;
+use moviedb_mcp::mrtr::StateSealer;
+use rand::RngCore;
+use replicas::{Launch, Replica, Supervisor};
+
+/// Starts N replicas of an MCP server sharing Redis, and a round-robin balancer in front of them.
+#[derive(Debug, Parser)]
+struct Cli {
+    /// How many replicas to run.
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+
+    /// Port of the balancer on 127.0.0.1 (0 picks a free one); it serves http://localhost:PORT/mcp.
+    #[arg(long, default_value_t = 3000)]
+    port: u16,
+
+    /// The server binary to replicate; it must accept `--bind HOST:PORT`. Default: the
+    /// `moviedb-mcp` binary of the same build (e.g. target/debug/moviedb-mcp).
+    #[arg(long)]
+    bin: Option<PathBuf>,
+
+    /// Redis shared by every replica (continuations and change events).
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    redis_url: String,
+
+    /// Database shared by every replica (`postgres://…`); passed on as DATABASE_URL. Without it a
+    /// moviedb-mcp replica uses the embedded SQLite file of its data folder.
+    #[arg(long, hide_env_values = true)]
+    database_url: Option<String>,
+
+    /// Arguments for every replica, after `--` (e.g. `-- --redis-prefix test:`).
+    #[arg(last = true)]
+    replica_args: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    app::init_logging();
+    let cli = Cli::parse();
+    anyhow::ensure!(cli.replicas > 0, "--replicas must be at least 1");
+    let launch = Launch {
+        bin: match cli.bin {
+            Some(bin) => bin,
+            None => binary_next_to_this_one()?,
+        },
+        env: shared_environment(&cli.redis_url, cli.database_url.as_deref()),
+        args: cli.replica_args,
+    };
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", cli.port))
+        .await
+        .with_context(|| format!("the balancer cannot listen on 127.0.0.1:{}", cli.port))?;
+    let port = listener.local_addr()?.port();
+
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    let replicas = tokio::select! {
+        started = replicas::start_all(&launch, cli.replicas) => started?,
+        () = &mut shutdown => return Ok(()),
+    };
+    for replica in &replicas {
+        println!("{}", replica_line(replica));
+    }
+    println!("balancer: http://localhost:{port}{}", app::MCP_PATH);
+
+    let upstreams = replicas.iter().map(balancer::Upstream::of).collect();
+    let supervisor = Supervisor::watch(replicas);
+    let served = balancer::serve(listener, upstreams, shutdown).await;
+    tracing::info!("stopping the replicas");
+    supervisor.stop().await;
+    served.context("the balancer failed")
+}
+
+fn replica_line(replica: &Replica) -> String {
+    format!(
+        "replica {}: http://{}{} (pid {})",
+        replica.number,
+        replica.addr,
+        app::MCP_PATH,
+        replica.pid
+    )
+}
+
+/// `moviedb-mcp` of the build this example belongs to (target/<profile>/examples/cluster →
+/// target/<profile>/moviedb-mcp).
+fn binary_next_to_this_one() -> anyhow::Result<PathBuf> {
+    let this = std::env::current_exe().context("cannot locate the cluster launcher itself")?;
+    let profile_dir = this
+        .parent()
+        .and_then(|examples| examples.parent())
+        .context("the cluster launcher is not inside a target folder")?;
+    let bin = profile_dir.join(format!("moviedb-mcp{}", std::env::consts::EXE_SUFFIX));
+    anyhow::ensure!(
+        bin.is_file(),
+        "{} not found: build it (cargo build) or pass --bin",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+/// What every replica must share: Redis, the database, the sealing keys and the token secret.
+/// Keys and secret come from the environment when set there, or are generated for this run.
+fn shared_environment(redis_url: &str, database_url: Option<&str>) -> Vec<(String, String)> {
+    let state_keys = std::env::var("MOVIEDB_STATE_KEYS")
+        .unwrap_or_else(|_| StateSealer::generate_spec("cluster"));
+    let jwt_secret = std::env::var("MOVIEDB_JWT_SECRET").unwrap_or_else(|_| {
+        let secret = random_hex(32);
+        println!("generated MOVIEDB_JWT_SECRET={secret} (sign users in with `moviedb-mcp token`)");
+        secret
+    });
+    let mut env = vec![
+        ("REDIS_URL".to_owned(), redis_url.to_owned()),
+        ("MOVIEDB_STATE_KEYS".to_owned(), state_keys),
+        ("MOVIEDB_JWT_SECRET".to_owned(), jwt_secret),
+    ];
+    if let Some(url) = database_url {
+        env.push(("DATABASE_URL".to_owned(), url.to_owned()));
+    }
+    env
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut raw = vec![0u8; bytes];
+    rand::thread_rng().fill_bytes(&mut raw);
+    raw.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

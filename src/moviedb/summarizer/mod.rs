@@ -1,0 +1,190 @@
+//! Who writes review summaries: an LLM provider the server calls itself (MCP 2026-07-28
+//! deprecates sampling and leaves model calls to servers), a model a legacy client lends through
+//! sampling, or the server's own rules.
+//!
+//! Without a provider or a lent model, the rules of [`crate::moviedb::summary`] write the summary.
+//! Otherwise movies with three or more reviews are summarized by the model, through the summary
+//! cache: one model call per movie and review set, shared by concurrent callers and, with Redis,
+//! by replicas. When the model fails (an HTTP error, a timeout, a refusal, no connection, a client
+//! that says no) the call still succeeds with the next source down (the provider after a lent
+//! model, then the server-side summary), the log says why, and that fallback is cached only
+//! briefly so a recovered model is soon used again. Our own mistakes are not hidden behind the
+//! fallback: they fail the call.
+
+mod cache;
+mod config;
+mod provider;
+
+pub use config::LlmArgs;
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use self::cache::{RedisCacheConfig, SummaryCache, SummaryKey};
+use self::config::CacheLifetimes;
+use self::provider::{Provider, ProviderError};
+use super::catalogue;
+use super::model::Review;
+use super::summary::{self, MIN_REVIEWS_FOR_SUMMARY, ReviewSummary};
+use crate::config::ServeArgs;
+
+/// The words of a summary, the part a summarizer writes: one sentence and the themes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryText {
+    pub summary: Option<String>,
+    pub themes: Vec<String>,
+}
+
+/// Writes review summaries: the provider when one is configured, a model the client lends when
+/// a legacy client offers sampling, and the server's own rules otherwise and as the fallback.
+pub struct Summarizer {
+    provider: Option<Provider>,
+    cache: SummaryCache,
+    lifetimes: CacheLifetimes,
+}
+
+/// A model the client lends through sampling (2025-11-25 clients that declared it).
+#[async_trait::async_trait]
+pub trait LentModel: Send + Sync {
+    /// Completes `prompt` under `instructions`; `None` when the client refused, failed or did not
+    /// answer in time.
+    async fn complete(&self, instructions: &str, prompt: &str, max_tokens: u32) -> Option<String>;
+}
+
+/// The cache's name for summaries written by a client's model.
+const LENT_MODEL: &str = "client-sampling";
+/// Token budget of a summary asked of a client's model.
+const LENT_MODEL_MAX_TOKENS: u32 = 1024;
+
+impl Summarizer {
+    /// The summarizer the configuration asks for, with its cache shared in Redis when the server
+    /// runs with Redis. Says in the log, once, which one it is.
+    pub async fn configure(llm: &LlmArgs, serve: &ServeArgs) -> anyhow::Result<Self> {
+        let provider = match llm.provider()? {
+            None => {
+                tracing::info!(
+                    "no LLM provider configured (MOVIEDB_LLM_BASE_URL, MOVIEDB_LLM_MODEL, MOVIEDB_LLM_API_KEY \
+                     or OPENAI_API_KEY): review summaries are written by the server-side summarizer"
+                );
+                None
+            }
+            Some(config) => {
+                tracing::info!(
+                    base_url = %catalogue::redact(&config.base_url),
+                    model = %config.model,
+                    timeout_secs = config.timeout.as_secs(),
+                    "review summaries are written by an LLM provider"
+                );
+                Some(Provider::new(config)?)
+            }
+        };
+        let cache = match &serve.redis_url {
+            Some(url) => {
+                let redis = RedisCacheConfig {
+                    url: url.clone(),
+                    prefix: serve.redis_prefix.clone(),
+                    timeout: Duration::from_millis(serve.redis_timeout_ms.max(1)),
+                };
+                let cache = SummaryCache::shared_in_redis(redis)
+                    .await
+                    .context("connecting to Redis for the summary cache")?;
+                tracing::info!(prefix = %serve.redis_prefix, "summary cache shared in Redis");
+                cache
+            }
+            None => SummaryCache::in_process(),
+        };
+        Ok(Self {
+            provider,
+            cache,
+            lifetimes: llm.cache_lifetimes(),
+        })
+    }
+
+    /// The summary of `reviews` of `movie_id`: counts and average always; the sentence and themes
+    /// from `lent` (a client's model) or the provider when there is one and there are enough
+    /// reviews to summarize, from the server's rules otherwise.
+    pub async fn summarize(
+        &self,
+        movie_id: i64,
+        reviews: &[Review],
+        lent: Option<&dyn LentModel>,
+    ) -> anyhow::Result<ReviewSummary> {
+        let mut summary = summary::summarize(movie_id, reviews);
+        if reviews.len() < MIN_REVIEWS_FOR_SUMMARY || (lent.is_none() && self.provider.is_none()) {
+            return Ok(summary);
+        }
+        let fallback = SummaryText {
+            summary: summary.summary.take(),
+            themes: std::mem::take(&mut summary.themes),
+        };
+        let text = match lent {
+            Some(model) => self.lent_text(movie_id, reviews, model, fallback).await?,
+            None => self.provider_text(movie_id, reviews, fallback).await?,
+        };
+        summary.summary = text.summary;
+        summary.themes = text.themes;
+        Ok(summary)
+    }
+
+    /// The client's model's words for these reviews, cached like the provider's; when the client
+    /// gives none, the provider's (or the server's) words, cached briefly.
+    async fn lent_text(
+        &self,
+        movie_id: i64,
+        reviews: &[Review],
+        model: &dyn LentModel,
+        fallback: SummaryText,
+    ) -> anyhow::Result<SummaryText> {
+        let key = SummaryKey::new(movie_id, LENT_MODEL, reviews);
+        self.cache
+            .get_or_compute(&key, async {
+                let prompt = provider::prompt(movie_id, reviews);
+                match model
+                    .complete(provider::INSTRUCTIONS, &prompt, LENT_MODEL_MAX_TOKENS)
+                    .await
+                {
+                    Some(answer) => Ok((provider::parse_answer(&answer), self.lifetimes.provider)),
+                    None => {
+                        tracing::info!(
+                            movie_id,
+                            "the client's model gave no summary; falling back"
+                        );
+                        let text = self.provider_text(movie_id, reviews, fallback).await?;
+                        Ok((text, self.lifetimes.fallback))
+                    }
+                }
+            })
+            .await
+    }
+
+    /// The provider's words for these reviews, cached; `fallback` without a provider or when it
+    /// fails.
+    async fn provider_text(
+        &self,
+        movie_id: i64,
+        reviews: &[Review],
+        fallback: SummaryText,
+    ) -> anyhow::Result<SummaryText> {
+        let Some(provider) = &self.provider else {
+            return Ok(fallback);
+        };
+        let key = SummaryKey::new(movie_id, provider.model(), reviews);
+        self.cache
+            .get_or_compute(&key, async {
+                match provider.summarize(movie_id, reviews).await {
+                    Ok(text) => Ok((text, self.lifetimes.provider)),
+                    Err(ProviderError::Failed(failure)) => {
+                        tracing::warn!(
+                            movie_id,
+                            "LLM provider failed, answering with the server-side summary: {failure}"
+                        );
+                        Ok((fallback, self.lifetimes.fallback))
+                    }
+                    Err(ProviderError::Internal(error)) => Err(error),
+                }
+            })
+            .await
+    }
+}

@@ -1,0 +1,418 @@
+//! The LLM provider: any OpenAI-compatible chat-completions endpoint (OpenAI, a local Ollama or
+//! vLLM, a gateway), called with `async-openai`. Writes the prompt from the reviews, reads the
+//! two-line answer forgivingly, and tells the provider's failures (worth falling back on) from our
+//! own mistakes (to be reported).
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
+use async_openai::middleware::ReqwestService;
+use async_openai::types::chat::{
+    ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
+    CreateChatCompletionRequest,
+};
+use serde::Deserialize;
+
+use super::SummaryText;
+use super::config::ProviderConfig;
+use crate::moviedb::model::Review;
+
+/// What the model is told to do.
+pub(super) const INSTRUCTIONS: &str = "You summarize what reviewers said about a movie. \
+Answer with exactly two lines and nothing else:\n\
+SUMMARY: one sentence on what the reviewers think overall\n\
+THEMES: up to five short recurring themes, separated by semicolons";
+
+/// Most reviews put in one prompt (the newest), so a much-reviewed movie stays within bounds.
+const PROMPT_REVIEW_LIMIT: usize = 100;
+/// Longest comment put in a prompt, in characters.
+const PROMPT_COMMENT_LIMIT: usize = 1_000;
+/// Most themes kept from an answer.
+const MAX_THEMES: usize = 5;
+/// Longest provider message repeated in the log, in characters.
+const LOGGED_MESSAGE_LIMIT: usize = 200;
+
+/// Why the provider gave no summary. Each of these means: answer with the server-side summary.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderFailure {
+    #[error("no answer within {} s", .0.as_secs())]
+    TimedOut(Duration),
+    #[error("HTTP {status}: {message}")]
+    Status { status: u16, message: String },
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("unreadable answer: {0}")]
+    Unreadable(String),
+}
+
+/// A provider call that produced no summary.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// The provider failed; the caller falls back.
+    #[error(transparent)]
+    Failed(#[from] ProviderFailure),
+    /// A mistake of ours (e.g. a request we could not build); not to be hidden by a fallback.
+    #[error(transparent)]
+    Internal(anyhow::Error),
+}
+
+/// The subset of a chat completion this server reads. Lenient on purpose: providers differ in
+/// the fields they add and in their `finish_reason` values.
+#[derive(Debug, Deserialize)]
+struct ChatReply {
+    #[serde(default)]
+    choices: Vec<ChatReplyChoice>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatReplyChoice {
+    #[serde(default)]
+    message: ChatReplyMessage,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ChatReplyMessage {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    refusal: Option<String>,
+}
+
+pub struct Provider {
+    client: Client<OpenAIConfig>,
+    model: String,
+    max_tokens: u32,
+    timeout: Duration,
+    /// Kept to scrub it from anything the provider says back before it is logged.
+    api_key: Option<String>,
+}
+
+impl Provider {
+    /// Fails when no HTTP client can be set up (e.g. the system has no CA certificates).
+    pub fn new(config: ProviderConfig) -> anyhow::Result<Self> {
+        // Every field is set, so the OPENAI_* variables the crate reads by itself never add to or
+        // replace what was configured.
+        let openai = OpenAIConfig::new()
+            .with_api_base(&config.base_url)
+            .with_api_key(config.api_key.clone().unwrap_or_default())
+            .with_org_id("")
+            .with_project_id("");
+        let http = reqwest::Client::builder()
+            .build()
+            .context("setting up the HTTP client for the LLM provider")?;
+        // No retry layer: a user is waiting, and the fallback answers at once; the provider is
+        // asked again once the fallback's short cache life is over.
+        let client =
+            Client::build(http.clone(), openai).with_http_service(ReqwestService::new(http));
+        Ok(Self {
+            client,
+            model: config.model,
+            max_tokens: config.max_tokens,
+            timeout: config.timeout,
+            api_key: config.api_key,
+        })
+    }
+
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// Asks the model to summarize `reviews` of `movie_id`. The request is owned by the calling
+    /// task: dropping the returned future drops the HTTP request.
+    pub async fn summarize(
+        &self,
+        movie_id: i64,
+        reviews: &[Review],
+    ) -> Result<SummaryText, ProviderError> {
+        let request = CreateChatCompletionRequest {
+            model: self.model.clone(),
+            messages: vec![
+                ChatCompletionRequestSystemMessage::from(INSTRUCTIONS).into(),
+                ChatCompletionRequestUserMessage::from(prompt(movie_id, reviews)).into(),
+            ],
+            max_completion_tokens: Some(self.max_tokens),
+            ..Default::default()
+        };
+        let chat = self.client.chat();
+        let call = chat.create_byot::<_, ChatReply>(request);
+        let reply = match tokio::time::timeout(self.timeout, call).await {
+            Err(_) => return Err(ProviderFailure::TimedOut(self.timeout).into()),
+            Ok(Err(e)) => return Err(self.classify(e)),
+            Ok(Ok(reply)) => reply,
+        };
+        let Some(choice) = reply.choices.into_iter().next() else {
+            return Err(ProviderFailure::Refused("the answer has no choices".into()).into());
+        };
+        if choice.finish_reason.as_deref() == Some("content_filter") {
+            return Err(ProviderFailure::Refused("stopped by the content filter".into()).into());
+        }
+        if let Some(refusal) = choice.message.refusal.filter(|r| !r.trim().is_empty()) {
+            return Err(ProviderFailure::Refused(self.loggable(&refusal)).into());
+        }
+        match choice.message.content.filter(|c| !c.trim().is_empty()) {
+            Some(content) => Ok(parse_answer(&content)),
+            None => Err(ProviderFailure::Refused("an empty answer".into()).into()),
+        }
+    }
+
+    /// Sorts an error of the client into the provider's failures and our own mistakes.
+    fn classify(&self, error: OpenAIError) -> ProviderError {
+        match error {
+            OpenAIError::ApiError(response) => ProviderFailure::Status {
+                status: response.status_code.as_u16(),
+                message: self.loggable(&response.api_error.to_string()),
+            }
+            .into(),
+            OpenAIError::Reqwest(e) if e.is_builder() => {
+                ProviderError::Internal(anyhow::Error::new(e).context("building the LLM request"))
+            }
+            OpenAIError::Reqwest(e) => {
+                ProviderFailure::Unreachable(self.loggable(&chain(&e))).into()
+            }
+            OpenAIError::JSONDeserialize(e, body) => ProviderFailure::Unreadable(
+                self.loggable(&format!("{e}; the answer began {body:?}")),
+            )
+            .into(),
+            other => ProviderError::Internal(
+                anyhow::Error::new(other).context("calling the LLM provider"),
+            ),
+        }
+    }
+
+    /// `text` on one line, shortened, and without the API key should the provider echo it.
+    fn loggable(&self, text: &str) -> String {
+        let mut text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if let Some(key) = &self.api_key {
+            text = text.replace(key.as_str(), "***");
+        }
+        if text.chars().count() > LOGGED_MESSAGE_LIMIT {
+            text = text.chars().take(LOGGED_MESSAGE_LIMIT).collect::<String>() + "…";
+        }
+        text
+    }
+}
+
+/// An error and its causes, on one line.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
+}
+
+/// The user message: each review's score (on the stated 1–10 scale) and comment, one per line.
+pub(super) fn prompt(movie_id: i64, reviews: &[Review]) -> String {
+    let shown = &reviews[reviews.len().saturating_sub(PROMPT_REVIEW_LIMIT)..];
+    let mut prompt = if shown.len() < reviews.len() {
+        format!(
+            "The {} newest of {} reviews of movie {movie_id}.",
+            shown.len(),
+            reviews.len()
+        )
+    } else {
+        format!("The {} reviews of movie {movie_id}.", reviews.len())
+    };
+    prompt.push_str(" Scores are on a 1-10 scale, where 10 is best.\n");
+    for (number, review) in shown.iter().enumerate() {
+        let comment: String = review
+            .comment
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .chars()
+            .take(PROMPT_COMMENT_LIMIT)
+            .collect();
+        prompt.push_str(&format!(
+            "\n{}. Score {}/10: {comment}",
+            number + 1,
+            review.score
+        ));
+    }
+    prompt
+}
+
+/// Reads `SUMMARY: …` and `THEMES: a; b; c` from an answer: labels in any case, lines in any
+/// order, anything else ignored. An answer without them gives no summary and no themes.
+pub(super) fn parse_answer(answer: &str) -> SummaryText {
+    let mut summary = None;
+    let mut themes = None;
+    for line in answer.lines().map(str::trim) {
+        if summary.is_none()
+            && let Some(value) = after_label(line, "summary")
+        {
+            summary = Some(value.to_owned()).filter(|s| !s.is_empty());
+        } else if themes.is_none()
+            && let Some(value) = after_label(line, "themes")
+        {
+            themes = Some(split_themes(value));
+        }
+    }
+    SummaryText {
+        summary,
+        themes: themes.unwrap_or_default(),
+    }
+}
+
+/// The text after `label:` at the start of `line` (any case, spaces allowed before the colon).
+fn after_label<'a>(line: &'a str, label: &str) -> Option<&'a str> {
+    let head = line.get(..label.len())?;
+    if !head.eq_ignore_ascii_case(label) {
+        return None;
+    }
+    let rest = line[label.len()..].trim_start().strip_prefix(':')?;
+    Some(rest.trim())
+}
+
+/// Distinct, non-empty themes, at most five, in the model's order.
+fn split_themes(value: &str) -> Vec<String> {
+    let mut themes: Vec<String> = Vec::new();
+    for theme in value.split(';').map(str::trim).filter(|t| !t.is_empty()) {
+        let theme = theme.trim_end_matches('.').trim();
+        if !theme.is_empty() && !themes.iter().any(|t| t.eq_ignore_ascii_case(theme)) {
+            themes.push(theme.to_owned());
+        }
+    }
+    themes.truncate(MAX_THEMES);
+    themes
+}
+
+#[cfg(test)]
+mod tests {
+    use async_openai::error::{ApiError, ApiErrorResponse};
+    use axum::http::StatusCode;
+
+    use super::*;
+
+    fn provider() -> Provider {
+        Provider::new(ProviderConfig {
+            base_url: "http://127.0.0.1:9/v1".into(),
+            model: "m".into(),
+            api_key: Some("sk-secret-key".into()),
+            timeout: Duration::from_secs(1),
+            max_tokens: 10,
+        })
+        .expect("an HTTP client")
+    }
+
+    fn api_error(status: StatusCode, message: &str) -> OpenAIError {
+        OpenAIError::ApiError(ApiErrorResponse {
+            status_code: status,
+            api_error: ApiError {
+                message: message.into(),
+                ..ApiError::default()
+            },
+        })
+    }
+
+    #[test]
+    fn http_errors_are_provider_failures_with_their_status_and_without_the_key() {
+        let failure = provider().classify(api_error(
+            StatusCode::UNAUTHORIZED,
+            "Incorrect API key provided:\n sk-secret-key",
+        ));
+        let ProviderError::Failed(ProviderFailure::Status { status, message }) = failure else {
+            panic!("a provider failure: {failure:?}");
+        };
+        assert_eq!(status, 401);
+        assert_eq!(message, "Incorrect API key provided: ***");
+    }
+
+    #[test]
+    fn unreadable_answers_are_provider_failures_and_our_mistakes_are_not() {
+        let Err(not_json) = serde_json::from_str::<ChatReply>("<html>") else {
+            panic!("<html> is not JSON");
+        };
+        assert!(matches!(
+            provider().classify(OpenAIError::JSONDeserialize(not_json, "<html>".into())),
+            ProviderError::Failed(ProviderFailure::Unreadable(_))
+        ));
+        assert!(matches!(
+            provider().classify(OpenAIError::InvalidArgument(
+                "a request we built wrong".into()
+            )),
+            ProviderError::Internal(_)
+        ));
+    }
+
+    fn text(summary: Option<&str>, themes: &[&str]) -> SummaryText {
+        SummaryText {
+            summary: summary.map(str::to_owned),
+            themes: themes.iter().map(|t| (*t).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_two_line_answer_is_read() {
+        assert_eq!(
+            parse_answer("SUMMARY: Loved by most.\nTHEMES: acting; score; pacing"),
+            text(Some("Loved by most."), &["acting", "score", "pacing"])
+        );
+    }
+
+    #[test]
+    fn labels_in_any_case_and_order_among_other_lines() {
+        let answer = "Sure! Here it is:\n\n  themes : Visuals;  ; story; Story.\n**ignored**\nsummary:   Mixed feelings.  \nSUMMARY: a second one is ignored";
+        assert_eq!(
+            parse_answer(answer),
+            text(Some("Mixed feelings."), &["Visuals", "story"])
+        );
+    }
+
+    #[test]
+    fn an_answer_without_the_format_gives_nothing() {
+        assert_eq!(parse_answer("People mostly liked it."), text(None, &[]));
+        assert_eq!(parse_answer("SUMMARY:\nTHEMES:"), text(None, &[]));
+        assert_eq!(parse_answer("Summaryless: x"), text(None, &[]));
+    }
+
+    #[test]
+    fn at_most_five_themes_are_kept() {
+        let parsed = parse_answer("THEMES: a; b; c; d; e; f; g");
+        assert_eq!(parsed.themes, ["a", "b", "c", "d", "e"]);
+    }
+
+    #[test]
+    fn the_prompt_states_the_scale_and_lists_scores_and_comments() {
+        let reviews = [
+            Review {
+                score: 9,
+                comment: "Superb\nacting.".into(),
+                author: "ann".into(),
+            },
+            Review {
+                score: 3,
+                comment: "Too long.".into(),
+                author: "bob".into(),
+            },
+        ];
+        let prompt = prompt(7, &reviews);
+        assert!(prompt.contains("1-10 scale"), "{prompt}");
+        assert!(prompt.contains("1. Score 9/10: Superb acting."), "{prompt}");
+        assert!(prompt.contains("2. Score 3/10: Too long."), "{prompt}");
+    }
+
+    #[test]
+    fn a_much_reviewed_movie_sends_only_its_newest_reviews() {
+        let reviews: Vec<Review> = (0..150)
+            .map(|n| Review {
+                score: 5,
+                comment: format!("comment {n}"),
+                author: "a".into(),
+            })
+            .collect();
+        let prompt = prompt(1, &reviews);
+        assert!(prompt.contains("The 100 newest of 150 reviews"), "{prompt}");
+        assert!(prompt.contains("comment 149") && !prompt.contains(": comment 49\n"));
+    }
+}

@@ -1,0 +1,173 @@
+//! The 2025-11-25 era of the same handler API: under a legacy session, a question becomes a real
+//! server-initiated request (`elicitation/create`, `sampling/createMessage`, `roots/list`) sent on
+//! the call's SSE stream, and the handler waits for the client's answer, POSTed back as a JSON-RPC
+//! response, up to a timeout. No answer, an error answer, or a timeout all end in the handler's
+//! fallback.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::context::Notifier;
+use crate::protocol::RequestId;
+use crate::protocol::input::{Elicitation, InputRequest, Roots, Sampling};
+
+/// How a server-initiated request ended: the client's `result`, or its `error` object.
+pub type ClientAnswer = Result<Value, Value>;
+
+/// Calls waiting for the client's answer to a server-initiated request, by request id.
+#[derive(Default)]
+pub struct PendingAnswers {
+    waiting: Mutex<HashMap<String, oneshot::Sender<ClientAnswer>>>,
+}
+
+impl PendingAnswers {
+    /// Hands an answer to the call waiting for `id`; `false` if no call here waits for it.
+    pub fn deliver(&self, id: &str, answer: ClientAnswer) -> bool {
+        let waiting = self.lock().remove(id);
+        waiting.is_some_and(|sender| sender.send(answer).is_ok())
+    }
+
+    fn register(self: &Arc<Self>, id: String) -> (Registration, oneshot::Receiver<ClientAnswer>) {
+        let (tx, rx) = oneshot::channel();
+        self.lock().insert(id.clone(), tx);
+        (
+            Registration {
+                pending: self.clone(),
+                id,
+            },
+            rx,
+        )
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<ClientAnswer>>> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Removes a waiting entry however the wait ends (answer, timeout, cancelled call).
+struct Registration {
+    pending: Arc<PendingAnswers>,
+    id: String,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.pending.lock().remove(&self.id);
+    }
+}
+
+/// The client at the other end of a legacy session, as seen by one call.
+#[derive(Clone)]
+pub struct LegacyPeer {
+    pending: Arc<PendingAnswers>,
+    timeout: Duration,
+}
+
+impl LegacyPeer {
+    pub fn new(pending: Arc<PendingAnswers>, timeout: Duration) -> Self {
+        Self { pending, timeout }
+    }
+
+    /// Sends `request` to the client on `notifier`'s stream and waits for its answer.
+    pub(crate) async fn ask(
+        &self,
+        notifier: Option<&Notifier>,
+        key: &str,
+        request: &InputRequest,
+    ) -> ClientAnswer {
+        let Some(notifier) = notifier else {
+            return Err(error_value(
+                "this request cannot carry server-initiated requests",
+            ));
+        };
+        let id_text = format!(
+            "moviedb-{}-{}",
+            key,
+            crate::store::ContinuationId::random().to_hex()
+        );
+        let id = RequestId::from_value(Value::String(id_text.clone()))
+            .unwrap_or_else(|| unreachable!("a string id"));
+        let (_registration, answer) = self.pending.register(id_text);
+        // The wire form of a question is `{method, params}`; a request adds the envelope.
+        let mut message = serde_json::to_value(request).map_err(|e| error_value(&e.to_string()))?;
+        message["jsonrpc"] = Value::from("2.0");
+        message["id"] = id.as_value().clone();
+        let message = serde_json::to_vec(&message).map_err(|e| error_value(&e.to_string()))?;
+        if !notifier.send_raw(message).await {
+            return Err(error_value("the client closed the stream"));
+        }
+        match tokio::time::timeout(self.timeout, answer).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(error_value("the wait for the answer was abandoned")),
+            Err(_) => Err(error_value(&format!(
+                "no answer within {} s",
+                self.timeout.as_secs_f32()
+            ))),
+        }
+    }
+}
+
+fn error_value(message: &str) -> Value {
+    serde_json::json!({ "code": -32603, "message": message })
+}
+
+/// Why a server-initiated request gave no usable answer, for logs and `Failed` variants.
+fn reason(error: &Value) -> String {
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown error");
+    match error.get("code").and_then(Value::as_i64) {
+        Some(code) => format!("{message} ({code})"),
+        None => message.to_owned(),
+    }
+}
+
+/// Turns a legacy answer into the handler's view. Errors never fail the call: a refusal (code -1)
+/// is a decline, anything else a cancellation (elicitation) or a failure (sampling, roots).
+pub(crate) fn interpret(key: &str, request: &InputRequest, answer: ClientAnswer) -> Interpreted {
+    match (request, answer) {
+        (InputRequest::Elicit(_), Ok(result)) => match Elicitation::from_response(key, &result) {
+            Ok(elicitation) => Interpreted::Elicitation(elicitation),
+            Err(e) => {
+                tracing::warn!(key, "unusable elicitation answer: {}", e.message);
+                Interpreted::Elicitation(Elicitation::Cancelled)
+            }
+        },
+        (InputRequest::Elicit(_), Err(error)) => {
+            tracing::info!(key, "elicitation not answered: {}", reason(&error));
+            let refused = error.get("code").and_then(Value::as_i64) == Some(-1);
+            Interpreted::Elicitation(if refused {
+                Elicitation::Declined
+            } else {
+                Elicitation::Cancelled
+            })
+        }
+        (InputRequest::Sample(_), Ok(result)) => match Sampling::from_response(key, &result) {
+            Ok(sampling) => Interpreted::Sampling(sampling),
+            Err(e) => Interpreted::Sampling(Sampling::Failed(e.message)),
+        },
+        (InputRequest::Sample(_), Err(error)) => {
+            Interpreted::Sampling(Sampling::Failed(reason(&error)))
+        }
+        (InputRequest::ListRoots(_), Ok(result)) => match Roots::from_response(key, &result) {
+            Ok(roots) => Interpreted::Roots(roots),
+            Err(e) => Interpreted::Roots(Roots::Failed(e.message)),
+        },
+        (InputRequest::ListRoots(_), Err(error)) => {
+            Interpreted::Roots(Roots::Failed(reason(&error)))
+        }
+    }
+}
+
+pub(crate) enum Interpreted {
+    Elicitation(Elicitation),
+    Sampling(Sampling),
+    Roots(Roots),
+}

@@ -1,0 +1,175 @@
+//! Change events between replicas over Redis pub/sub. Every replica publishes its change events
+//! on one channel, `<prefix>events`, and subscribes to it, so a `subscriptions/listen` stream on
+//! one replica hears about a change made through another.
+//!
+//! The subscription lives in a background task that checks the connection now and then and
+//! subscribes again after a failure. Pub/sub keeps nothing: an event published while a replica was
+//! disconnected does not reach that replica's listeners.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::aio::{ConnectionManager, PubSub};
+use tokio::sync::mpsc;
+
+use super::StoreError;
+use super::redis::{RedisStoreConfig, connect, query};
+
+/// How often an idle subscription is checked with a PING.
+const HEALTH_CHECK_EVERY: Duration = Duration::from_secs(5);
+/// First and longest wait between attempts to subscribe again.
+const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
+const LONGEST_RETRY_DELAY: Duration = Duration::from_secs(2);
+/// Messages received but not yet handed on; more wait in Redis's client buffer.
+const INCOMING_BUFFER: usize = 256;
+
+/// A replica's end of the event channel: publishes, and yields every message any replica
+/// published (its own included). Dropping it ends the subscription.
+pub struct RedisEventRelay {
+    connection: ConnectionManager,
+    channel: String,
+    timeout: Duration,
+    incoming: mpsc::Receiver<Vec<u8>>,
+}
+
+impl RedisEventRelay {
+    /// Connects and subscribes, failing at once if Redis cannot be reached now.
+    pub async fn connect(config: &RedisStoreConfig) -> Result<Self, StoreError> {
+        let (client, connection) = connect(config).await?;
+        let channel = format!("{}events", config.prefix);
+        let subscription = subscribe(&client, &channel, config.timeout).await?;
+        let (deliver, incoming) = mpsc::channel(INCOMING_BUFFER);
+        let subscriber = Subscriber {
+            client,
+            channel: channel.clone(),
+            timeout: config.timeout,
+            deliver,
+        };
+        tokio::spawn(subscriber.run(subscription));
+        Ok(Self {
+            connection,
+            channel,
+            timeout: config.timeout,
+            incoming,
+        })
+    }
+
+    /// The channel every replica publishes on.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Publishes `payload`; returns how many subscribers (replicas, this one included) got it.
+    pub async fn publish(&self, payload: &[u8]) -> Result<u64, StoreError> {
+        let command = redis::cmd("PUBLISH")
+            .arg(&self.channel)
+            .arg(payload)
+            .clone();
+        query(&self.connection, self.timeout, &command).await
+    }
+
+    /// The next message published by any replica; `None` only once the subscription has ended.
+    pub async fn next_message(&mut self) -> Option<Vec<u8>> {
+        self.incoming.recv().await
+    }
+}
+
+async fn subscribe(
+    client: &redis::Client,
+    channel: &str,
+    timeout: Duration,
+) -> Result<PubSub, StoreError> {
+    let attempt = async {
+        let mut subscription = client.get_async_pubsub().await?;
+        subscription.subscribe(channel).await?;
+        Ok::<_, redis::RedisError>(subscription)
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(subscription)) => Ok(subscription),
+        Ok(Err(e)) => Err(StoreError(e.to_string())),
+        Err(_) => Err(StoreError(format!(
+            "Redis did not accept the subscription within {} ms",
+            timeout.as_millis()
+        ))),
+    }
+}
+
+/// Why a subscription stopped forwarding.
+enum Stopped {
+    /// The relay was dropped: nobody wants the messages any more.
+    RelayDropped,
+    /// The connection failed; subscribe again.
+    ConnectionLost(String),
+}
+
+/// The background task that keeps one subscription alive and hands its messages on.
+struct Subscriber {
+    client: redis::Client,
+    channel: String,
+    timeout: Duration,
+    deliver: mpsc::Sender<Vec<u8>>,
+}
+
+impl Subscriber {
+    async fn run(self, mut subscription: PubSub) {
+        loop {
+            match self.forward(subscription).await {
+                Stopped::RelayDropped => return,
+                Stopped::ConnectionLost(reason) => tracing::warn!(
+                    channel = %self.channel,
+                    "change-event subscription lost ({reason}); subscribing again"
+                ),
+            }
+            match self.subscribe_again().await {
+                Some(fresh) => subscription = fresh,
+                None => return,
+            }
+            tracing::info!(channel = %self.channel, "change-event subscription restored");
+        }
+    }
+
+    /// Hands every message on until the connection fails or the relay is dropped.
+    async fn forward(&self, subscription: PubSub) -> Stopped {
+        let (mut sink, mut messages) = subscription.split();
+        let mut health_check = tokio::time::interval(HEALTH_CHECK_EVERY);
+        health_check.reset();
+        loop {
+            tokio::select! {
+                message = messages.next() => {
+                    let Some(message) = message else {
+                        return Stopped::ConnectionLost("connection closed".into());
+                    };
+                    let payload = message.get_payload_bytes().to_vec();
+                    if self.deliver.send(payload).await.is_err() {
+                        return Stopped::RelayDropped;
+                    }
+                }
+                _ = health_check.tick() => {
+                    let ping = sink.ping::<redis::Value>();
+                    match tokio::time::timeout(self.timeout, ping).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => return Stopped::ConnectionLost(e.to_string()),
+                        Err(_) => return Stopped::ConnectionLost("no answer to PING".into()),
+                    }
+                }
+                () = self.deliver.closed() => return Stopped::RelayDropped,
+            }
+        }
+    }
+
+    /// Retries with a growing delay until subscribed; `None` when the relay was dropped meanwhile.
+    async fn subscribe_again(&self) -> Option<PubSub> {
+        let mut delay = FIRST_RETRY_DELAY;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = self.deliver.closed() => return None,
+            }
+            match subscribe(&self.client, &self.channel, self.timeout).await {
+                Ok(subscription) => return Some(subscription),
+                Err(e) => tracing::debug!(channel = %self.channel, "subscribing failed: {e}"),
+            }
+            delay = (delay * 2).min(LONGEST_RETRY_DELAY);
+        }
+    }
+}

@@ -1,0 +1,501 @@
+//! 2025-11-25 Streamable HTTP, for clients that open with `initialize` (feature `legacy`).
+//!
+//! A session is minted on `initialize` and kept in the shared store, so any replica serves it.
+//! Requests run through the same server and the same tool code; a tool's questions become real
+//! server-initiated requests on the call's SSE stream, answered by POSTed JSON-RPC responses.
+//! GET opens the session's stream of change notifications; DELETE ends the session.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::headers::header_text;
+use super::http::{Accept, STREAMABLE, error, streamed, unauthorized};
+use super::{Endpoint, sse};
+use crate::auth::Principal;
+use crate::mrtr::LegacyPeer;
+use crate::protocol::jsonrpc::{error_bytes, notification_bytes, success_bytes};
+use crate::protocol::{
+    ClientCapabilities, Incoming, LogLevel, ProtocolError, RequestId, RequestMeta, version,
+};
+use crate::server::{Era, RequestEnv, ServerEvent};
+
+/// The newest legacy revision, offered when a client asks for one this server does not speak.
+const LATEST_LEGACY: &str = "2025-11-25";
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Settings of the legacy wire.
+#[derive(Debug, Clone)]
+pub struct LegacyOptions {
+    /// How long a call waits for the client's answer to a server-initiated request.
+    pub request_timeout: Duration,
+    /// How long an idle session lives.
+    pub session_ttl: Duration,
+}
+
+/// What the store keeps of a session.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Session {
+    version: String,
+    capabilities: Map<String, Value>,
+    client_info: Option<Value>,
+    principal: String,
+    log_level: Option<String>,
+    subscriptions: Vec<String>,
+}
+
+/// Whether a POST belongs to the legacy wire: it carries a session, or it has neither the modern
+/// `_meta` nor a modern `MCP-Protocol-Version` header (the rule of the spec's backward
+/// compatibility section: a request with modern `_meta` is always served statelessly).
+pub(super) fn routes_here(headers: &HeaderMap, incoming: &Incoming) -> bool {
+    if headers.contains_key(SESSION_HEADER) {
+        return true;
+    }
+    let has_meta = match incoming {
+        Incoming::Request { params, .. } | Incoming::Notification { params, .. } => {
+            params.contains_key("_meta")
+        }
+        Incoming::Response { .. } => false,
+    };
+    if has_meta {
+        return false;
+    }
+    match headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+    {
+        None => true,
+        Some(v) => version::is_legacy(v.trim()),
+    }
+}
+
+pub(super) async fn post(
+    endpoint: &Arc<Endpoint>,
+    headers: &HeaderMap,
+    accept: Accept,
+    incoming: Incoming,
+) -> Response<Body> {
+    let principal = match endpoint.options.authenticator.authenticate(headers) {
+        Ok(principal) => principal,
+        Err(e) => {
+            let id = match &incoming {
+                Incoming::Request { id, .. } | Incoming::Response { id, .. } => Some(id.clone()),
+                Incoming::Notification { .. } => None,
+            };
+            return match id {
+                Some(id) => unauthorized(&id, &e.0),
+                None => error(
+                    StatusCode::UNAUTHORIZED,
+                    None,
+                    &ProtocolError::invalid_request(e.0),
+                ),
+            };
+        }
+    };
+    let session_id = match header_text(headers, SESSION_HEADER) {
+        Ok(session_id) => session_id.map(str::to_owned),
+        Err(e) => return error(StatusCode::BAD_REQUEST, None, &e),
+    };
+    let Some(session_id) = session_id else {
+        return match incoming {
+            Incoming::Request { id, method, params } if method == "initialize" => {
+                initialize(endpoint, principal, &id, &params).await
+            }
+            other => {
+                let id = request_id(&other);
+                let missing = ProtocolError::invalid_request(
+                    "Missing Mcp-Session-Id header: send initialize first",
+                );
+                error(StatusCode::BAD_REQUEST, id.as_ref(), &missing)
+            }
+        };
+    };
+    let session = match load(endpoint, &session_id, &principal).await {
+        Ok(session) => session,
+        Err(refusal) => return refusal,
+    };
+    match incoming {
+        Incoming::Notification { .. } => accepted(),
+        Incoming::Response { id, outcome } => {
+            if !endpoint.pending.deliver(&id.to_string(), outcome) {
+                tracing::info!(%id, "answer for a request nobody here waits for (late, or for another replica)");
+            }
+            accepted()
+        }
+        Incoming::Request { id, method, params } => {
+            match serve_request(
+                endpoint, principal, session_id, session, accept, &id, &method, params,
+            )
+            .await
+            {
+                Ok(response) => response,
+                Err(e) => legacy_error(&id, &e),
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve_request(
+    endpoint: &Arc<Endpoint>,
+    principal: Principal,
+    session_id: String,
+    mut session: Session,
+    accept: Accept,
+    id: &RequestId,
+    method: &str,
+    params: Map<String, Value>,
+) -> Result<Response<Body>, ProtocolError> {
+    match method {
+        "ping" => return Ok(ok(id, json!({}))),
+        "initialize" => {
+            return Err(ProtocolError::invalid_request(
+                "This session is already initialized",
+            ));
+        }
+        "logging/setLevel" => {
+            let level = params
+                .get("level")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let level = LogLevel::parse(level).ok_or_else(|| {
+                ProtocolError::invalid_params(format!("Unknown log level: {level}"))
+            })?;
+            session.log_level = Some(level.as_str().to_owned());
+            save(endpoint, &session_id, &session).await?;
+            return Ok(ok(id, json!({})));
+        }
+        "resources/subscribe" | "resources/unsubscribe" => {
+            let uri = params
+                .get("uri")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ProtocolError::invalid_params("Missing uri"))?;
+            session.subscriptions.retain(|known| known != uri);
+            if method == "resources/subscribe" {
+                session.subscriptions.push(uri.to_owned());
+            }
+            save(endpoint, &session_id, &session).await?;
+            return Ok(ok(id, json!({})));
+        }
+        "server/discover" | "subscriptions/listen" => {
+            return Err(ProtocolError::method_not_found(method));
+        }
+        _ => {}
+    }
+    let server = &endpoint.server;
+    if !server.implements(method) {
+        return Err(ProtocolError::method_not_found(method));
+    }
+    let meta = RequestMeta {
+        protocol_version: session.version.clone(),
+        client_info: session.client_info.clone(),
+        capabilities: ClientCapabilities::from_object(&session.capabilities),
+        log_level: session.log_level.as_deref().and_then(LogLevel::parse),
+        progress_token: params
+            .get("_meta")
+            .and_then(|m| m.get("progressToken"))
+            .filter(|t| t.is_string() || t.is_number())
+            .cloned(),
+        traceparent: None,
+    };
+    let peer = LegacyPeer::new(
+        endpoint.pending.clone(),
+        endpoint.options.legacy.request_timeout,
+    );
+    if accept.sse && STREAMABLE.contains(&method) {
+        return Ok(streamed(
+            endpoint,
+            principal,
+            meta,
+            Era::Legacy(peer),
+            id.clone(),
+            method.to_owned(),
+            params,
+        )
+        .await);
+    }
+    let env = RequestEnv {
+        principal,
+        meta,
+        notifier: None,
+        era: Era::Legacy(peer),
+    };
+    let reply = server.handle(method, &params, env).await?;
+    Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)))
+}
+
+async fn initialize(
+    endpoint: &Arc<Endpoint>,
+    principal: Principal,
+    id: &RequestId,
+    params: &Map<String, Value>,
+) -> Response<Body> {
+    let requested = params
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or(LATEST_LEGACY);
+    let negotiated = if version::is_legacy(requested) {
+        requested
+    } else {
+        LATEST_LEGACY
+    };
+    let session = Session {
+        version: negotiated.to_owned(),
+        capabilities: params
+            .get("capabilities")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default(),
+        client_info: params.get("clientInfo").cloned(),
+        principal: principal.id(),
+        log_level: None,
+        subscriptions: Vec::new(),
+    };
+    let session_id = crate::store::ContinuationId::random().to_hex();
+    if let Err(e) = save(endpoint, &session_id, &session).await {
+        return legacy_error(id, &e);
+    }
+    let server = &endpoint.server;
+    let info = server.info();
+    let mut result = json!({
+        "protocolVersion": negotiated,
+        "capabilities": server.capabilities(),
+        "serverInfo": { "name": info.name, "version": info.version },
+    });
+    if let Some(instructions) = &info.instructions {
+        result["instructions"] = json!(instructions);
+    }
+    tracing::info!(session = %session_id, version = negotiated, "legacy session opened");
+    let mut response = ok(id, result);
+    if let Ok(value) = HeaderValue::from_str(&session_id) {
+        response.headers_mut().insert(SESSION_HEADER, value);
+    }
+    response
+}
+
+/// Opens the session's stream of change notifications.
+pub(super) async fn get(
+    State(endpoint): State<Arc<Endpoint>>,
+    headers: HeaderMap,
+) -> Response<Body> {
+    if let Err(reason) = endpoint.options.origin.check(&headers) {
+        return error(
+            StatusCode::FORBIDDEN,
+            None,
+            &ProtocolError::invalid_request(reason),
+        );
+    }
+    let (session_id, _) = match session_of(&endpoint, &headers).await {
+        Ok(found) => found,
+        Err(refusal) => return refusal,
+    };
+    let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
+    let mut events = endpoint.server.events().subscribe();
+    let watcher = endpoint.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let event = match events.recv().await {
+                Ok(event) => event,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            };
+            let message = match &event {
+                ServerEvent::ToolsListChanged => {
+                    notification_bytes("notifications/tools/list_changed", &json!({}))
+                }
+                ServerEvent::PromptsListChanged => {
+                    notification_bytes("notifications/prompts/list_changed", &json!({}))
+                }
+                ServerEvent::ResourcesListChanged => {
+                    notification_bytes("notifications/resources/list_changed", &json!({}))
+                }
+                ServerEvent::ResourceUpdated(uri) => {
+                    // Subscriptions may have changed on any replica since the stream opened.
+                    let subscribed = read(&watcher, &session_id)
+                        .await
+                        .ok()
+                        .flatten()
+                        .is_some_and(|s| s.subscriptions.contains(uri));
+                    if !subscribed {
+                        continue;
+                    }
+                    notification_bytes("notifications/resources/updated", &json!({ "uri": uri }))
+                }
+            };
+            if frames_tx.send(sse::frame(&message)).await.is_err() {
+                return;
+            }
+        }
+    });
+    sse::stream(
+        ReceiverStream::new(frames_rx),
+        sse::AbortOnDrop(task.abort_handle()),
+        Some(endpoint.options.keepalive),
+    )
+}
+
+/// Ends a session.
+pub(super) async fn delete(
+    State(endpoint): State<Arc<Endpoint>>,
+    headers: HeaderMap,
+) -> Response<Body> {
+    if let Err(reason) = endpoint.options.origin.check(&headers) {
+        return error(
+            StatusCode::FORBIDDEN,
+            None,
+            &ProtocolError::invalid_request(reason),
+        );
+    }
+    let (session_id, _) = match session_of(&endpoint, &headers).await {
+        Ok(found) => found,
+        Err(refusal) => return refusal,
+    };
+    match endpoint
+        .server
+        .engine()
+        .store()
+        .delete_record(&record_key(&session_id))
+        .await
+    {
+        Ok(()) => {
+            tracing::info!(session = %session_id, "legacy session ended");
+            Response::builder()
+                .status(StatusCode::OK)
+                .body(Body::empty())
+                .unwrap_or_default()
+        }
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            &ProtocolError::internal(e.to_string()),
+        ),
+    }
+}
+
+/// The session named by the request's header, checked against its caller.
+async fn session_of(
+    endpoint: &Arc<Endpoint>,
+    headers: &HeaderMap,
+) -> Result<(String, Session), Response<Body>> {
+    let principal = endpoint
+        .options
+        .authenticator
+        .authenticate(headers)
+        .map_err(|e| {
+            error(
+                StatusCode::UNAUTHORIZED,
+                None,
+                &ProtocolError::invalid_request(e.0),
+            )
+        })?;
+    let session_id = header_text(headers, SESSION_HEADER)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, None, &e))?
+        .ok_or_else(|| {
+            error(
+                StatusCode::BAD_REQUEST,
+                None,
+                &ProtocolError::invalid_request("Missing Mcp-Session-Id header"),
+            )
+        })?
+        .to_owned();
+    let session = load(endpoint, &session_id, &principal).await?;
+    Ok((session_id, session))
+}
+
+/// Loads a session: 404 when unknown or ended, 403 when it belongs to someone else.
+async fn load(
+    endpoint: &Arc<Endpoint>,
+    session_id: &str,
+    principal: &Principal,
+) -> Result<Session, Response<Body>> {
+    match read(endpoint, session_id).await {
+        Ok(Some(session)) if session.principal == principal.id() => Ok(session),
+        Ok(Some(_)) => Err(error(
+            StatusCode::FORBIDDEN,
+            None,
+            &ProtocolError::invalid_request("This session belongs to another user"),
+        )),
+        Ok(None) => Err(error(
+            StatusCode::NOT_FOUND,
+            None,
+            &ProtocolError::invalid_request("Session not found: initialize a new one"),
+        )),
+        Err(e) => Err(error(StatusCode::SERVICE_UNAVAILABLE, None, &e)),
+    }
+}
+
+async fn read(endpoint: &Endpoint, session_id: &str) -> Result<Option<Session>, ProtocolError> {
+    let stored = endpoint
+        .server
+        .engine()
+        .store()
+        .read_record(&record_key(session_id))
+        .await
+        .map_err(|e| ProtocolError::internal(e.to_string()))?;
+    stored
+        .map(|bytes| {
+            serde_json::from_slice(&bytes)
+                .map_err(|e| ProtocolError::internal(format!("unreadable session: {e}")))
+        })
+        .transpose()
+}
+
+async fn save(
+    endpoint: &Endpoint,
+    session_id: &str,
+    session: &Session,
+) -> Result<(), ProtocolError> {
+    let bytes = serde_json::to_vec(session).map_err(|e| ProtocolError::internal(e.to_string()))?;
+    endpoint
+        .server
+        .engine()
+        .store()
+        .write_record(
+            &record_key(session_id),
+            bytes,
+            endpoint.options.legacy.session_ttl,
+        )
+        .await
+        .map_err(|e| ProtocolError::internal(e.to_string()))
+}
+
+fn record_key(session_id: &str) -> String {
+    format!("session:{session_id}")
+}
+
+fn request_id(incoming: &Incoming) -> Option<RequestId> {
+    match incoming {
+        Incoming::Request { id, .. } | Incoming::Response { id, .. } => Some(id.clone()),
+        Incoming::Notification { .. } => None,
+    }
+}
+
+fn ok(id: &RequestId, result: Value) -> Response<Body> {
+    sse::json(StatusCode::OK, success_bytes(id, &result))
+}
+
+fn accepted() -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::ACCEPTED)
+        .body(Body::empty())
+        .unwrap_or_default()
+}
+
+/// On the legacy wire a JSON-RPC error travels with HTTP 200 (404 would mean "session gone" to the
+/// client), except the internal ones.
+fn legacy_error(id: &RequestId, e: &ProtocolError) -> Response<Body> {
+    let status = if e.code == crate::protocol::error::INTERNAL_ERROR {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::OK
+    };
+    sse::json(status, error_bytes(Some(id), e))
+}

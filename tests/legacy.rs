@@ -1,0 +1,302 @@
+//! 2025-11-25 clients (feature `legacy`): the initialize handshake and sessions, and the same tool
+//! code asking its questions as real server-initiated requests on the call's SSE stream.
+#![cfg(feature = "legacy")]
+
+mod support;
+
+use serde_json::{Value, json};
+use support::legacy::{LegacyClient, SESSION_HEADER};
+use support::{ServerOptions, TestServer};
+
+fn elicitation() -> Value {
+    json!({"elicitation": {}})
+}
+
+async fn session(server: &TestServer, capabilities: Value) -> LegacyClient {
+    LegacyClient::new(server.url(), None)
+        .initialize(capabilities)
+        .await
+}
+
+fn text_of(response: &Value) -> String {
+    response["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {response}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn initialize_opens_a_session_whose_results_are_plain_2025_results() {
+    let server = TestServer::start().await;
+    let client = session(&server, elicitation()).await;
+
+    let listed = client.request("tools/list", json!({})).await;
+    assert_eq!(listed.status, 200);
+    let names: Vec<&str> = listed.result()["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"greet"), "{names:?}");
+
+    let pong = client.request("ping", json!({})).await;
+    assert_eq!(pong.result(), &json!({}), "ping answers exactly {{}}");
+    let level = client
+        .request("logging/setLevel", json!({"level": "info"}))
+        .await;
+    assert_eq!(
+        level.result(),
+        &json!({}),
+        "logging/setLevel answers exactly {{}}"
+    );
+    let subscribed = client
+        .request("resources/subscribe", json!({"uri": "test://item/1"}))
+        .await;
+    assert_eq!(subscribed.result(), &json!({}));
+
+    let discover = client.request("server/discover", json!({})).await;
+    assert_eq!(
+        discover.error_code(),
+        Some(-32601),
+        "2026-only methods do not exist in a legacy session"
+    );
+}
+
+#[tokio::test]
+async fn an_accepted_elicitation_reaches_the_tool() {
+    let server = TestServer::start().await;
+    let client = session(&server, elicitation()).await;
+    let mut call = client.start_call("greet", json!({})).await;
+    assert!(call.content_type.starts_with("text/event-stream"));
+    let request = call.next_server_request().await;
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["message"], "What is your name?");
+    assert_eq!(
+        client
+            .answer(
+                &request["id"],
+                json!({"action": "accept", "content": {"name": "Ada"}})
+            )
+            .await,
+        202
+    );
+    assert_eq!(text_of(&call.response().await), "Hello, Ada!");
+}
+
+#[tokio::test]
+async fn declined_refused_cancelled_and_unanswered_elicitations_take_the_fallback() {
+    let server = TestServer::start_with(ServerOptions {
+        legacy_request_timeout_secs: 1,
+        ..ServerOptions::default()
+    })
+    .await;
+    let client = session(&server, elicitation()).await;
+
+    let mut declined = client.start_call("greet", json!({})).await;
+    let request = declined.next_server_request().await;
+    client
+        .answer(&request["id"], json!({"action": "decline"}))
+        .await;
+    assert_eq!(text_of(&declined.response().await), "Hello, anonymous!");
+
+    let mut cancelled = client.start_call("greet", json!({})).await;
+    let request = cancelled.next_server_request().await;
+    client
+        .answer(&request["id"], json!({"action": "cancel"}))
+        .await;
+    assert_eq!(text_of(&cancelled.response().await), "Hello, anonymous!");
+
+    let mut refused = client.start_call("greet", json!({})).await;
+    let request = refused.next_server_request().await;
+    client.refuse(&request["id"], -1, "User rejected").await;
+    assert_eq!(text_of(&refused.response().await), "Hello, anonymous!");
+
+    let mut unanswered = client.start_call("greet", json!({})).await;
+    unanswered.next_server_request().await;
+    assert_eq!(
+        text_of(&unanswered.response().await),
+        "Hello, anonymous!",
+        "after the 1 s timeout"
+    );
+}
+
+#[tokio::test]
+async fn a_client_without_elicitation_is_never_asked() {
+    let server = TestServer::start().await;
+    let client = session(&server, json!({})).await;
+    let mut call = client.start_call("greet", json!({})).await;
+    let response = call.response().await;
+    assert_eq!(text_of(&response), "Hello, stranger!");
+}
+
+#[tokio::test]
+async fn sampling_is_answered_refused_or_timed_out() {
+    let server = TestServer::start_with(ServerOptions {
+        legacy_request_timeout_secs: 1,
+        ..ServerOptions::default()
+    })
+    .await;
+    let client = session(&server, json!({"sampling": {}})).await;
+
+    let mut answered = client.start_call("ask_model", json!({})).await;
+    let request = answered.next_server_request().await;
+    assert_eq!(request["method"], "sampling/createMessage");
+    assert_eq!(request["params"]["maxTokens"], 50);
+    let reply = json!({"role": "assistant", "content": {"type": "text", "text": "A classic."}, "model": "test-model", "stopReason": "endTurn"});
+    client.answer(&request["id"], reply).await;
+    assert_eq!(
+        text_of(&answered.response().await),
+        "model said: A classic."
+    );
+
+    let mut refused = client.start_call("ask_model", json!({})).await;
+    let request = refused.next_server_request().await;
+    client
+        .refuse(&request["id"], -1, "User rejected sampling")
+        .await;
+    let text = text_of(&refused.response().await);
+    assert!(
+        text.starts_with("no model: User rejected sampling"),
+        "{text}"
+    );
+
+    let mut unanswered = client.start_call("ask_model", json!({})).await;
+    unanswered.next_server_request().await;
+    let text = text_of(&unanswered.response().await);
+    assert!(text.starts_with("no model: no answer within"), "{text}");
+
+    let without = session(&server, json!({})).await;
+    let mut call = without.start_call("ask_model", json!({})).await;
+    assert_eq!(
+        text_of(&call.response().await),
+        "no model: sampling not declared"
+    );
+}
+
+#[tokio::test]
+async fn log_messages_follow_the_session_level() {
+    let server = TestServer::start().await;
+    let client = session(&server, json!({})).await;
+    client
+        .request("logging/setLevel", json!({"level": "info"}))
+        .await;
+    let reply = client
+        .request("tools/call", json!({"name": "chatty", "arguments": {}}))
+        .await;
+    let levels: Vec<&str> = reply
+        .messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .filter_map(|m| m["params"]["level"].as_str())
+        .collect();
+    assert_eq!(levels, ["info", "error"]);
+    assert_eq!(
+        text_of(reply.messages.last().expect("a response")),
+        "logged"
+    );
+}
+
+#[tokio::test]
+async fn sessions_are_checked_and_end_with_delete() {
+    let server = TestServer::start().await;
+    let anonymous = LegacyClient::new(server.url(), None);
+    let no_session = anonymous.request("tools/list", json!({})).await;
+    assert_eq!(no_session.status, 400, "a request without a session");
+
+    let mut unknown = anonymous.clone();
+    unknown.session_id = Some("no-such-session".into());
+    assert_eq!(unknown.request("tools/list", json!({})).await.status, 404);
+
+    let client = session(&server, json!({})).await;
+    assert_eq!(client.delete_session().await, 200);
+    assert_eq!(
+        client.request("tools/list", json!({})).await.status,
+        404,
+        "an ended session is gone"
+    );
+    assert_eq!(client.delete_session().await, 404);
+}
+
+#[tokio::test]
+async fn a_session_belongs_to_the_user_who_opened_it() {
+    let server = TestServer::start().await;
+    let http = reqwest::Client::new();
+    let open = http
+        .post(server.url())
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("X-Test-User", "alice")
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).to_string())
+        .send()
+        .await
+        .expect("initialize");
+    let session = open
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .expect("a session id")
+        .to_owned();
+    let list = |user: &'static str| {
+        http.post(server.url())
+            .header("Content-Type", "application/json")
+            .header(SESSION_HEADER, &session)
+            .header("X-Test-User", user)
+            .body(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string())
+            .send()
+    };
+    assert_eq!(list("alice").await.expect("alice").status(), 200);
+    assert_eq!(list("bob").await.expect("bob").status(), 403);
+}
+
+#[tokio::test]
+async fn the_get_stream_delivers_list_changes() {
+    let server = TestServer::start().await;
+    let client = session(&server, json!({})).await;
+    let stream = reqwest::Client::new()
+        .get(server.url())
+        .header("Accept", "text/event-stream")
+        .header(
+            SESSION_HEADER,
+            client.session_id.as_deref().expect("session"),
+        )
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(stream.status(), 200);
+    assert!(
+        stream.headers()["content-type"]
+            .to_str()
+            .unwrap_or_default()
+            .starts_with("text/event-stream")
+    );
+    let mut body = Box::pin(futures::StreamExt::map(stream.bytes_stream(), |chunk| {
+        chunk.map(|b| String::from_utf8_lossy(&b).into_owned())
+    }));
+    // The stream is subscribed to changes before its response headers are sent.
+    client
+        .request(
+            "tools/call",
+            json!({"name": "trigger_tools_changed", "arguments": {}}),
+        )
+        .await;
+    let mut seen = String::new();
+    while !seen.contains("notifications/tools/list_changed") {
+        let chunk = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            futures::StreamExt::next(&mut body),
+        )
+        .await
+        .expect("a notification arrives")
+        .expect("the stream stays open")
+        .expect("bytes");
+        seen.push_str(&chunk);
+    }
+    let without_session = reqwest::Client::new()
+        .get(server.url())
+        .header("Accept", "text/event-stream")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(without_session.status(), 400);
+}

@@ -1,0 +1,593 @@
+//! Several replicas of the real `moviedb-mcp` binary sharing Redis and one PostgreSQL database, as
+//! child processes a test can address one by one or kill; the cluster launcher
+//! (`examples/cluster`) with its balancer in front of its own replicas; a private redis-server a
+//! test may stop and restart; and a signed-in client of any of them.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use moviedb_mcp::mrtr::StateSealer;
+use rand::RngCore;
+use serde_json::{Value, json};
+
+use super::postgres::TestDatabase;
+use super::{Client, Reply, RpcRequest};
+
+/// How long a replica or the launcher may take to serve (the first replica seeds the database).
+const STARTUP_LIMIT: Duration = Duration::from_secs(90);
+/// How long a stopped process may take to close its ports.
+const STOP_LIMIT: Duration = Duration::from_secs(15);
+
+/// The shared Redis of this machine (CI starts it).
+pub fn shared_redis_url() -> String {
+    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// Lower-case hex of `bytes` random bytes.
+pub fn random_hex(bytes: usize) -> String {
+    let mut raw = vec![0u8; bytes];
+    rand::thread_rng().fill_bytes(&mut raw);
+    raw.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("bind 127.0.0.1:0 to find a free port")
+}
+
+/// Whether something accepts connections on `port` of 127.0.0.1.
+pub fn accepts_connections(port: u16) -> bool {
+    TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_ok()
+}
+
+/// Waits until nothing listens on `port` any more; panics after [`STOP_LIMIT`].
+pub async fn wait_until_closed(port: u16, what: &str) {
+    let deadline = Instant::now() + STOP_LIMIT;
+    while accepts_connections(port) {
+        assert!(
+            Instant::now() < deadline,
+            "{what} still accepts connections on port {port}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What every replica of one cluster shares.
+#[derive(Debug, Clone)]
+pub struct SharedSettings {
+    pub redis_url: String,
+    /// Unique per cluster, so tests sharing one Redis never see each other's keys or events.
+    pub redis_prefix: String,
+    pub state_keys: String,
+    pub jwt_secret: String,
+}
+
+impl SharedSettings {
+    pub fn new(redis_url: String) -> Self {
+        Self {
+            redis_url,
+            redis_prefix: format!("moviedb-cluster-test-{}:", random_hex(6)),
+            state_keys: StateSealer::generate_spec("cluster"),
+            jwt_secret: random_hex(24),
+        }
+    }
+
+    /// A token signing `user` in on every replica.
+    pub fn token(&self, user: &str) -> String {
+        moviedb_mcp::auth::mint_token(self.jwt_secret.as_bytes(), user, Duration::from_secs(3600))
+            .expect("mint a test token")
+    }
+}
+
+/// `program` with the environment a test controls: the outer `MOVIEDB_*`, `DATABASE_URL` and
+/// `REDIS_URL` removed, the shared keys and secret set.
+fn command(program: &Path, settings: &SharedSettings) -> Command {
+    let mut command = Command::new(program);
+    for (name, _) in std::env::vars_os() {
+        let name_text = name.to_string_lossy();
+        if name_text.starts_with("MOVIEDB_")
+            || name_text == "DATABASE_URL"
+            || name_text == "REDIS_URL"
+        {
+            command.env_remove(&name);
+        }
+    }
+    command
+        .env("MOVIEDB_STATE_KEYS", &settings.state_keys)
+        .env("MOVIEDB_JWT_SECRET", &settings.jwt_secret)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null());
+    command
+}
+
+fn read_log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replicas started by the test itself
+// ---------------------------------------------------------------------------------------------
+
+/// One `moviedb-mcp` process; killed on drop.
+pub struct Replica {
+    pub number: usize,
+    pub addr: SocketAddr,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Replica {
+    fn start(number: usize, settings: &SharedSettings, database_url: &str, dir: &Path) -> Self {
+        let log = dir.join(format!("replica-{number}.log"));
+        for _ in 0..5 {
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+            let output = std::fs::File::create(&log).expect("create the replica log");
+            let child = command(Path::new(env!("CARGO_BIN_EXE_moviedb-mcp")), settings)
+                .env("DATABASE_URL", database_url)
+                .env("REDIS_URL", &settings.redis_url)
+                .env("MOVIEDB_REDIS_PREFIX", &settings.redis_prefix)
+                .arg("--data-dir")
+                .arg(dir.join(format!("data-{number}")))
+                .arg("--bind")
+                .arg(addr.to_string())
+                .stdout(output.try_clone().expect("clone the log handle"))
+                .stderr(output)
+                .spawn()
+                .expect("start moviedb-mcp");
+            let mut replica = Self {
+                number,
+                addr,
+                child,
+                log: log.clone(),
+            };
+            if replica.wait_until_serving() {
+                return replica;
+            }
+            // Someone took the port between our probe and the replica's bind: try another.
+            assert!(
+                read_log(&log).contains("cannot listen"),
+                "replica {number} exited before serving; its log:\n{}",
+                read_log(&log)
+            );
+        }
+        panic!("replica {number} found no free port");
+    }
+
+    /// `true` once it accepts connections, `false` if it exited first.
+    fn wait_until_serving(&mut self) -> bool {
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            if TcpStream::connect(self.addr).is_ok() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "replica {} did not serve on {} within {STARTUP_LIMIT:?}; its log:\n{}",
+            self.number,
+            self.addr,
+            read_log(&self.log)
+        );
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}{}", self.addr, moviedb_mcp::app::MCP_PATH)
+    }
+
+    /// Kills the process (SIGKILL, as a crash would) and waits until its port is closed.
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        wait_until_closed(self.addr.port(), &format!("killed replica {}", self.number)).await;
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// N replicas of `moviedb-mcp` on a fresh PostgreSQL database and one Redis.
+pub struct Replicas {
+    pub settings: SharedSettings,
+    replicas: Vec<Replica>,
+    dir: PathBuf,
+    /// Dropped after the replicas (fields drop in order).
+    pub database: TestDatabase,
+}
+
+impl Replicas {
+    /// Starts `count` replicas: the first alone (it migrates and seeds the database), then the rest.
+    pub async fn start(count: usize, redis_url: String) -> Self {
+        let database = TestDatabase::create().await;
+        let settings = SharedSettings::new(redis_url);
+        let dir = std::env::temp_dir().join(format!("moviedb-cluster-test-{}", random_hex(8)));
+        std::fs::create_dir_all(&dir).expect("create the replicas' folder");
+        let (url, shared, folder) = (database.url.clone(), settings.clone(), dir.clone());
+        let replicas = tokio::task::spawn_blocking(move || {
+            let first = Replica::start(1, &shared, &url, &folder);
+            let others: Vec<Replica> = std::thread::scope(|scope| {
+                let starting: Vec<_> = (2..=count)
+                    .map(|number| {
+                        let (shared, url, folder) = (&shared, &url, &folder);
+                        scope.spawn(move || Replica::start(number, shared, url, folder))
+                    })
+                    .collect();
+                starting
+                    .into_iter()
+                    .map(|handle| handle.join().expect("a replica started"))
+                    .collect()
+            });
+            std::iter::once(first).chain(others).collect()
+        })
+        .await
+        .expect("the replicas started");
+        Self {
+            settings,
+            replicas,
+            dir,
+            database,
+        }
+    }
+
+    /// Replica `number` (1-based).
+    pub fn replica(&mut self, number: usize) -> &mut Replica {
+        &mut self.replicas[number - 1]
+    }
+
+    /// `user`, signed in, talking to replica `number` (1-based).
+    pub fn session(&self, number: usize, user: &str) -> Session {
+        Session::new(self.replicas[number - 1].url(), self.settings.token(user))
+    }
+}
+
+impl Drop for Replicas {
+    fn drop(&mut self) {
+        self.replicas.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cluster launcher (examples/cluster) and its balancer
+// ---------------------------------------------------------------------------------------------
+
+/// A replica as the launcher announced it.
+#[derive(Debug, Clone)]
+pub struct LaunchedReplica {
+    pub number: usize,
+    pub port: u16,
+    pub pid: u32,
+}
+
+/// `target/<profile>/examples/cluster`, next to the `moviedb-mcp` binary under test.
+pub fn launcher_binary() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_moviedb-mcp"));
+    let launcher = bin
+        .parent()
+        .expect("the binary is in a target folder")
+        .join("examples")
+        .join(format!("cluster{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        launcher.is_file(),
+        "the cluster launcher is not built ({} is missing): run `cargo build --examples` before \
+         `cargo test` (.ci/run does)",
+        launcher.display()
+    );
+    launcher
+}
+
+/// The launcher running `count` replicas of `moviedb-mcp` behind its balancer; stopped with
+/// SIGTERM on drop.
+pub struct Launcher {
+    child: Child,
+    pub balancer_url: String,
+    pub replicas: Vec<LaunchedReplica>,
+    log: PathBuf,
+    pub settings: SharedSettings,
+    /// Dropped after the launcher stopped.
+    pub database: TestDatabase,
+}
+
+impl Launcher {
+    pub async fn start(count: usize) -> Self {
+        let database = TestDatabase::create().await;
+        let settings = SharedSettings::new(shared_redis_url());
+        let log =
+            std::env::temp_dir().join(format!("moviedb-cluster-launcher-{}.log", random_hex(8)));
+        let mut child = command(&launcher_binary(), &settings)
+            .args(["--replicas", &count.to_string(), "--port", "0"])
+            .args(["--redis-url", &settings.redis_url])
+            .args(["--database-url", &database.url])
+            .args(["--", "--redis-prefix", &settings.redis_prefix])
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("create the launcher log"))
+            .spawn()
+            .expect("start the cluster launcher");
+        let stdout = child.stdout.take().expect("the launcher's stdout is piped");
+        let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+        let stdout_log = log.with_extension("stdout");
+        std::thread::spawn(move || {
+            let mut copy = std::fs::File::create(stdout_log).ok();
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(copy) = copy.as_mut() {
+                    let _ = writeln!(copy, "{line}");
+                }
+                let _ = lines_tx.send(line);
+            }
+        });
+        let mut launcher = Self {
+            child,
+            balancer_url: String::new(),
+            replicas: Vec::new(),
+            log,
+            settings,
+            database,
+        };
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        while launcher.balancer_url.is_empty() {
+            let line = match lines.try_recv() {
+                Ok(line) => line,
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "the launcher did not announce its balancer within {STARTUP_LIMIT:?}; its log:\n{}",
+                        read_log(&launcher.log)
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => panic!(
+                    "the launcher exited before announcing its balancer; its log:\n{}",
+                    read_log(&launcher.log)
+                ),
+            };
+            launcher.read_announcement(&line);
+        }
+        assert_eq!(launcher.replicas.len(), count, "one line per replica");
+        launcher
+    }
+
+    /// Reads `replica N: http://127.0.0.1:PORT/mcp (pid PID)` and `balancer: URL` lines.
+    fn read_announcement(&mut self, line: &str) {
+        if let Some(url) = line.strip_prefix("balancer: ") {
+            self.balancer_url = url.trim().to_owned();
+        } else if let Some(rest) = line.strip_prefix("replica ") {
+            let (number, rest) = rest
+                .split_once(": http://127.0.0.1:")
+                .expect("replica line");
+            let (port, rest) = rest.split_once('/').expect("replica line port");
+            let pid = rest
+                .split_once("(pid ")
+                .and_then(|(_, pid)| pid.strip_suffix(')'))
+                .expect("replica line pid");
+            self.replicas.push(LaunchedReplica {
+                number: number.parse().expect("replica number"),
+                port: port.parse().expect("replica port"),
+                pid: pid.parse().expect("replica pid"),
+            });
+        }
+    }
+
+    /// `user`, signed in, talking to the balancer.
+    pub fn session(&self, user: &str) -> Session {
+        Session::new(self.balancer_url.clone(), self.settings.token(user))
+    }
+
+    pub fn replica(&self, number: usize) -> &LaunchedReplica {
+        self.replicas
+            .iter()
+            .find(|replica| replica.number == number)
+            .unwrap_or_else(|| panic!("the launcher announced no replica {number}"))
+    }
+
+    /// Kills replica `number` (SIGKILL, as a crash would) and waits until its port is closed.
+    pub async fn kill_replica(&self, number: usize) {
+        let replica = self.replica(number);
+        signal(replica.pid, "-KILL");
+        wait_until_closed(replica.port, &format!("killed replica {number}")).await;
+    }
+
+    /// Stops the launcher the way an operator would (SIGTERM) and waits until it exited.
+    pub fn stop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        signal(self.child.id(), "-TERM");
+        let deadline = Instant::now() + STOP_LIMIT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!(
+            "the launcher did not stop within {STOP_LIMIT:?} of SIGTERM; its log:\n{}",
+            read_log(&self.log)
+        );
+    }
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        } else {
+            self.stop();
+        }
+        let _ = std::fs::remove_file(&self.log);
+        let _ = std::fs::remove_file(self.log.with_extension("stdout"));
+    }
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {signal} {pid} failed");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A private Redis
+// ---------------------------------------------------------------------------------------------
+
+/// A redis-server of the test's own on a free port, with an append-only file synced on every
+/// write, so it can be killed and restarted with its data as a crashed Redis would be.
+pub struct PrivateRedis {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl PrivateRedis {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("moviedb-private-redis-{}", random_hex(8)));
+        std::fs::create_dir_all(&dir).expect("create the Redis folder");
+        let mut redis = Self {
+            port: free_port(),
+            dir,
+            child: None,
+        };
+        redis.restart();
+        redis
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts redis-server again on the same port and folder; returns once it accepts connections.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "Redis is already running");
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        self.child = Some(child);
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        while !accepts_connections(self.port) {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on port {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills redis-server (SIGKILL, as a crash would).
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        wait_until_closed(self.port, "the killed redis-server").await;
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A signed-in client
+// ---------------------------------------------------------------------------------------------
+
+/// One signed-in user of one endpoint (a replica or the balancer), with a client that can show
+/// forms.
+#[derive(Clone)]
+pub struct Session {
+    client: Client,
+    bearer: String,
+}
+
+impl Session {
+    pub fn new(url: String, token: String) -> Self {
+        Self {
+            client: Client::new(url),
+            bearer: token,
+        }
+    }
+
+    fn request(&self, method: &str) -> RpcRequest<'_> {
+        self.client
+            .request(method)
+            .header("authorization", format!("Bearer {}", self.bearer))
+            .capabilities(json!({"elicitation": {"form": {}}}))
+    }
+
+    /// `tools/call`: the first round.
+    pub async fn call(&self, tool: &str, arguments: Value) -> Reply {
+        self.request("tools/call")
+            .params(json!({"name": tool, "arguments": arguments}))
+            .send()
+            .await
+    }
+
+    /// The retry of an `input_required` call: same tool and arguments, the answers and the state.
+    pub async fn retry(
+        &self,
+        tool: &str,
+        arguments: Value,
+        input_responses: Value,
+        request_state: &str,
+    ) -> Reply {
+        self.request("tools/call")
+            .params(json!({
+                "name": tool,
+                "arguments": arguments,
+                "inputResponses": input_responses,
+                "requestState": request_state,
+            }))
+            .send()
+            .await
+    }
+
+    /// The items of this user's watch list (getWatchlist must succeed).
+    pub async fn watchlist(&self) -> Vec<Value> {
+        let reply = self.call("getWatchlist", json!({})).await;
+        assert_eq!(
+            reply.result_type(),
+            "complete",
+            "getWatchlist: {}",
+            reply.body_text()
+        );
+        reply.result()["structuredContent"]["items"]
+            .as_array()
+            .unwrap_or_else(|| panic!("getWatchlist without items: {}", reply.body_text()))
+            .clone()
+    }
+}
