@@ -6,7 +6,7 @@
 //! the size of `addToWatchlist`'s.
 //!
 //! ```sh
-//! cargo run --release --example bench_store -- --seconds 5 --concurrency 32
+//! cargo run --release --example bench_store -- --seconds 10 --concurrency 32
 //! ```
 //!
 //! Absolute figures depend on the machine; compare the ratios, measured in the same run.
@@ -47,7 +47,7 @@ struct Cli {
     seconds: f64,
     /// Slices the measured time is cut into, the stores taking turns, so that drift in the
     /// machine's speed affects both alike.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 10)]
     rounds: u32,
     /// First rounds parked to measure the Redis bytes per pending continuation.
     #[arg(long, default_value_t = 1000)]

@@ -14,6 +14,7 @@ use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
+use axum::serve::ListenerExt;
 
 use crate::replicas::Replica;
 
@@ -64,7 +65,8 @@ impl Balancer {
     }
 }
 
-/// Serves until `shutdown` resolves; open streams are cut then, not waited for.
+/// Serves until `shutdown` resolves; open streams are cut then, not waited for. Nagle's algorithm
+/// is off on both sides, as on the replicas: small answers must not wait for delayed ACKs.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     upstreams: Vec<Upstream>,
@@ -81,6 +83,9 @@ pub async fn serve(
         http,
     });
     let router = Router::new().fallback(forward).with_state(balancer);
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::select! {
         served = axum::serve(listener, router).into_future() => Ok(served?),
         () = shutdown => Ok(()),
