@@ -77,7 +77,7 @@ pub async fn router(
     authenticator: Arc<dyn Authenticator>,
 ) -> anyhow::Result<axum::Router> {
     if let Some(config) = redis_config(args) {
-        let relay = RedisEventRelay::connect(&config)
+        let relay = RedisEventRelay::connect(&config, "events")
             .await
             .context("connecting the change-event relay to Redis")?;
         tracing::info!(
@@ -96,6 +96,15 @@ pub async fn router(
         legacy: crate::transport::LegacyOptions {
             request_timeout: Duration::from_secs(args.legacy_request_timeout_secs.max(1)),
             session_ttl: Duration::from_secs(args.legacy_session_ttl_secs.max(60)),
+        },
+        #[cfg(feature = "legacy")]
+        answer_relay: match redis_config(args) {
+            Some(config) => Some(
+                RedisEventRelay::connect(&config, "answers")
+                    .await
+                    .context("connecting the legacy answer relay to Redis")?,
+            ),
+            None => None,
         },
     };
     Ok(transport::router(server, options, MCP_PATH))

@@ -300,3 +300,235 @@ async fn the_get_stream_delivers_list_changes() {
         .expect("GET");
     assert_eq!(without_session.status(), 400);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The movie tools under legacy sessions, on replicas of the real binary sharing Redis and
+// PostgreSQL
+// ---------------------------------------------------------------------------------------------
+
+mod movies {
+    use serde_json::{Value, json};
+
+    use super::support::cluster::{Replicas, SharedSettings, shared_redis_url};
+    use super::support::legacy::LegacyClient;
+
+    /// Two replicas whose legacy calls wait at most 2 s for an answer.
+    async fn replicas() -> Replicas {
+        let mut settings = SharedSettings::new(shared_redis_url());
+        settings
+            .extra_env
+            .push(("MOVIEDB_LEGACY_REQUEST_TIMEOUT".into(), "2".into()));
+        Replicas::start_with(2, settings).await
+    }
+
+    async fn legacy_session(
+        replicas: &mut Replicas,
+        replica: usize,
+        user: &str,
+        capabilities: Value,
+    ) -> LegacyClient {
+        let token = replicas.settings.token(user);
+        LegacyClient::new(replicas.replica(replica).url(), Some(token))
+            .initialize(capabilities)
+            .await
+    }
+
+    fn structured(response: &Value) -> &Value {
+        assert!(
+            response["result"]["isError"] != json!(true),
+            "tool error: {response}"
+        );
+        &response["result"]["structuredContent"]
+    }
+
+    /// The status each answer to the watch-list question leads to, read back from the database.
+    #[tokio::test]
+    async fn every_answer_to_the_status_question_is_recorded_as_the_spec_says() {
+        let mut replicas = replicas().await;
+        let client = legacy_session(&mut replicas, 1, "ada", json!({"elicitation": {}})).await;
+        let cases: [(i64, Option<Value>, &str); 6] = [
+            (
+                6,
+                Some(json!({"action": "accept", "content": {"status": "WATCHED"}})),
+                "WATCHED",
+            ),
+            (
+                7,
+                Some(json!({"action": "accept", "content": {"status": "WANT_TO_WATCH"}})),
+                "WANT_TO_WATCH",
+            ),
+            (8, Some(json!({"action": "decline"})), "WANT_TO_WATCH"),
+            (9, Some(json!({"action": "cancel"})), "WANT_TO_WATCH"),
+            (10, None, "WANT_TO_WATCH"),
+            (11, Some(json!("refuse")), "WANT_TO_WATCH"),
+        ];
+        for (movie, answer, expected) in &cases {
+            let mut call = client
+                .start_call("addToWatchlist", json!({"subject": {"movieId": movie}}))
+                .await;
+            let request = call.next_server_request().await;
+            assert_eq!(request["method"], "elicitation/create");
+            assert_eq!(
+                request["params"]["message"],
+                "Have you already watched this title, or is it one to watch later?"
+            );
+            match answer {
+                Some(answer) if answer == &json!("refuse") => {
+                    assert_eq!(
+                        client.refuse(&request["id"], -1, "User rejected").await,
+                        202
+                    );
+                }
+                Some(answer) => {
+                    assert_eq!(client.answer(&request["id"], answer.clone()).await, 202)
+                }
+                None => {} // no answer: the call waits 2 s, then takes the fallback
+            }
+            let saved = call.response().await;
+            assert_eq!(structured(&saved)["status"], *expected, "movie {movie}");
+        }
+        let listed = replicas.session(2, "ada").watchlist().await;
+        for (movie, _, expected) in cases {
+            let item = listed
+                .iter()
+                .find(|i| i["content"]["id"] == movie)
+                .unwrap_or_else(|| panic!("movie {movie} saved"));
+            assert_eq!(item["status"], expected, "movie {movie} read back");
+        }
+        assert_eq!(replicas.database.watchlist_rows("ada").await, 6);
+
+        let no_elicitation = legacy_session(&mut replicas, 2, "bob", json!({})).await;
+        let mut call = no_elicitation
+            .start_call("addToWatchlist", json!({"subject": {"movieId": 6}}))
+            .await;
+        assert_eq!(
+            structured(&call.response().await)["status"],
+            "WANT_TO_WATCH",
+            "never asked"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_posted_to_another_replica_reaches_the_waiting_call() {
+        let mut replicas = replicas().await;
+        let on_first = legacy_session(
+            &mut replicas,
+            1,
+            "cy",
+            json!({"elicitation": {}, "sampling": {}}),
+        )
+        .await;
+        let on_second = on_first.at(replicas.replica(2).url());
+
+        let mut call = on_first
+            .start_call("addToWatchlist", json!({"subject": {"movieId": 6}}))
+            .await;
+        let request = call.next_server_request().await;
+        assert_eq!(
+            on_second
+                .answer(
+                    &request["id"],
+                    json!({"action": "accept", "content": {"status": "WATCHED"}})
+                )
+                .await,
+            202
+        );
+        assert_eq!(structured(&call.response().await)["status"], "WATCHED");
+
+        let mut summary = on_first
+            .start_call("summarizeMovieReviews", json!({"movieId": 5}))
+            .await;
+        let request = summary.next_server_request().await;
+        assert_eq!(request["method"], "sampling/createMessage");
+        let reply = json!({"role": "assistant", "content": {"type": "text", "text": "SUMMARY: Relayed verdict.\nTHEMES: relay; replicas"}, "model": "client-model"});
+        on_second.answer(&request["id"], reply).await;
+        let summarized = summary.response().await;
+        assert_eq!(structured(&summarized)["summary"], "Relayed verdict.");
+        assert_eq!(
+            structured(&summarized)["themes"],
+            json!(["relay", "replicas"])
+        );
+    }
+
+    #[tokio::test]
+    async fn the_summary_borrows_the_clients_model_and_falls_back_without_it() {
+        let mut replicas = replicas().await;
+        let client = legacy_session(&mut replicas, 1, "di", json!({"sampling": {}})).await;
+
+        let mut answered = client
+            .start_call("summarizeMovieReviews", json!({"movieId": 5}))
+            .await;
+        let request = answered.next_server_request().await;
+        assert_eq!(request["method"], "sampling/createMessage");
+        assert_eq!(request["params"]["maxTokens"], 1024);
+        assert!(
+            request["params"]["systemPrompt"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("SUMMARY:")
+        );
+        let prompt = request["params"]["messages"][0]["content"]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(prompt.contains("1-10 scale"), "{prompt}");
+        let reply = json!({"role": "assistant", "content": {"type": "text", "text": "THEMES: effects; pacing\nSUMMARY: A divisive spectacle."}, "model": "client-model"});
+        client.answer(&request["id"], reply).await;
+        let summary = answered.response().await;
+        assert_eq!(structured(&summary)["summary"], "A divisive spectacle.");
+        assert_eq!(structured(&summary)["themes"], json!(["effects", "pacing"]));
+        assert_eq!(structured(&summary)["reviewCount"], 26);
+
+        let mut refused = client
+            .start_call("summarizeMovieReviews", json!({"movieId": 6}))
+            .await;
+        let request = refused.next_server_request().await;
+        client
+            .refuse(&request["id"], -1, "User rejected sampling")
+            .await;
+        let fallback = refused.response().await;
+        assert!(
+            structured(&fallback)["summary"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("Reviewers are largely favourable"),
+            "{fallback}"
+        );
+
+        let mut unanswered = client
+            .start_call("summarizeMovieReviews", json!({"movieId": 7}))
+            .await;
+        unanswered.next_server_request().await;
+        let fallback = unanswered.response().await;
+        assert!(
+            structured(&fallback)["summary"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("Reviewers are largely unfavourable"),
+            "{fallback}"
+        );
+
+        let mut cached = client
+            .start_call("summarizeMovieReviews", json!({"movieId": 5}))
+            .await;
+        let again = cached.response().await;
+        assert_eq!(
+            structured(&again)["summary"],
+            "A divisive spectacle.",
+            "the client's summary is cached, no second question"
+        );
+
+        let counts_only = client
+            .request(
+                "tools/call",
+                json!({"name": "summarizeMovieReviews", "arguments": {"movieId": 3}}),
+            )
+            .await;
+        assert!(
+            counts_only
+                .messages
+                .iter()
+                .all(|m| m.get("method").is_none()),
+            "no model call for two reviews"
+        );
+    }
+}

@@ -25,12 +25,29 @@ enum Cell {
 /// Loads the seeded catalogue into an empty database; a database with movies is left alone.
 /// Returns whether it seeded.
 pub async fn seed_if_empty(catalogue: &Catalogue) -> anyhow::Result<bool> {
-    let movies: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM movies")
-        .fetch_one(catalogue.pool())
-        .await?;
-    if movies > 0 {
+    if movie_count(catalogue).await? > 0 {
         return Ok(false);
     }
+    match load_seed(catalogue).await {
+        Ok(()) => Ok(true),
+        // Replicas starting together on an empty database race to seed it; the loser's inserts
+        // collide with the winner's rows and roll back whole, which is fine once the data is there.
+        Err(e) if movie_count(catalogue).await? > 0 => {
+            tracing::info!("another server seeded the catalogue first ({e:#})");
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+async fn movie_count(catalogue: &Catalogue) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM movies")
+        .fetch_one(catalogue.pool())
+        .await?)
+}
+
+/// Inserts the seed files in one transaction.
+async fn load_seed(catalogue: &Catalogue) -> anyhow::Result<()> {
     let mut tx = catalogue.pool().begin().await?;
     let (movie_rows, mood_rows) = parse_movies(MOVIES)?;
     insert(
@@ -56,7 +73,7 @@ pub async fn seed_if_empty(catalogue: &Catalogue) -> anyhow::Result<bool> {
     )
     .await?;
     tx.commit().await?;
-    Ok(true)
+    Ok(())
 }
 
 /// Adds `movies` synthetic movies (ids after the highest one) and `reviews` reviews spread over

@@ -11,6 +11,23 @@ use super::{ContinuationId, ContinuationStore, StoreError};
 struct Parked {
     payload: Arc<[u8]>,
     ttl: Duration,
+    /// moka expires lazily and `remove` hands back an expired entry; this is the deadline `take`
+    /// and `read_record` enforce themselves.
+    expires_at: Instant,
+}
+
+impl Parked {
+    fn new(payload: Vec<u8>, ttl: Duration) -> Self {
+        Self {
+            payload: payload.into(),
+            ttl,
+            expires_at: Instant::now() + ttl,
+        }
+    }
+
+    fn live(self) -> Option<Vec<u8>> {
+        (Instant::now() < self.expires_at).then(|| self.payload.to_vec())
+    }
 }
 
 struct PerEntryTtl;
@@ -64,21 +81,12 @@ impl ContinuationStore for MemoryStore {
         payload: Vec<u8>,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.parked.insert(
-            id,
-            Parked {
-                payload: payload.into(),
-                ttl,
-            },
-        );
+        self.parked.insert(id, Parked::new(payload, ttl));
         Ok(())
     }
 
     async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self
-            .parked
-            .remove(&id)
-            .map(|parked| parked.payload.to_vec()))
+        Ok(self.parked.remove(&id).and_then(Parked::live))
     }
 
     #[cfg(feature = "legacy")]
@@ -88,19 +96,13 @@ impl ContinuationStore for MemoryStore {
         value: Vec<u8>,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.records.insert(
-            key.to_owned(),
-            Parked {
-                payload: value.into(),
-                ttl,
-            },
-        );
+        self.records.insert(key.to_owned(), Parked::new(value, ttl));
         Ok(())
     }
 
     #[cfg(feature = "legacy")]
     async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.records.get(key).map(|parked| parked.payload.to_vec()))
+        Ok(self.records.get(key).and_then(Parked::live))
     }
 
     #[cfg(feature = "legacy")]

@@ -1,6 +1,7 @@
-//! Change events between replicas over Redis pub/sub. Every replica publishes its change events
-//! on one channel, `<prefix>events`, and subscribes to it, so a `subscriptions/listen` stream on
-//! one replica hears about a change made through another.
+//! Messages between replicas over Redis pub/sub. Every replica publishes on a channel,
+//! `<prefix><topic>`, and subscribes to it: change events (`events`), so a `subscriptions/listen`
+//! stream on one replica hears about a change made through another, and legacy clients' answers
+//! (`answers`), so an answer POSTed to one replica reaches the call waiting on another.
 //!
 //! The subscription lives in a background task that checks the connection now and then and
 //! subscribes again after a failure. Pub/sub keeps nothing: an event published while a replica was
@@ -33,10 +34,10 @@ pub struct RedisEventRelay {
 }
 
 impl RedisEventRelay {
-    /// Connects and subscribes, failing at once if Redis cannot be reached now.
-    pub async fn connect(config: &RedisStoreConfig) -> Result<Self, StoreError> {
+    /// Connects and subscribes to `topic`, failing at once if Redis cannot be reached now.
+    pub async fn connect(config: &RedisStoreConfig, topic: &str) -> Result<Self, StoreError> {
         let (client, connection) = connect(config).await?;
-        let channel = format!("{}events", config.prefix);
+        let channel = format!("{}{topic}", config.prefix);
         let subscription = subscribe(&client, &channel, config.timeout).await?;
         let (deliver, incoming) = mpsc::channel(INCOMING_BUFFER);
         let subscriber = Subscriber {

@@ -21,12 +21,13 @@ use super::headers::header_text;
 use super::http::{Accept, STREAMABLE, error, streamed, unauthorized};
 use super::{Endpoint, sse};
 use crate::auth::Principal;
-use crate::mrtr::LegacyPeer;
+use crate::mrtr::{LegacyPeer, PendingAnswers};
 use crate::protocol::jsonrpc::{error_bytes, notification_bytes, success_bytes};
 use crate::protocol::{
     ClientCapabilities, Incoming, LogLevel, ProtocolError, RequestId, RequestMeta, version,
 };
 use crate::server::{Era, RequestEnv, ServerEvent};
+use crate::store::RedisEventRelay;
 
 /// The newest legacy revision, offered when a client asks for one this server does not speak.
 const LATEST_LEGACY: &str = "2025-11-25";
@@ -125,9 +126,7 @@ pub(super) async fn post(
     match incoming {
         Incoming::Notification { .. } => accepted(),
         Incoming::Response { id, outcome } => {
-            if !endpoint.pending.deliver(&id.to_string(), outcome) {
-                tracing::info!(%id, "answer for a request nobody here waits for (late, or for another replica)");
-            }
+            deliver_answer(endpoint, &id, outcome);
             accepted()
         }
         Incoming::Request { id, method, params } => {
@@ -465,6 +464,63 @@ async fn save(
         )
         .await
         .map_err(|e| ProtocolError::internal(e.to_string()))
+}
+
+/// Hands a client's answer to the call waiting for it: on this replica, or through the relay to
+/// the replica where the call waits.
+fn deliver_answer(endpoint: &Endpoint, id: &RequestId, outcome: Result<Value, Value>) {
+    let key = id.to_string();
+    let wire = match &outcome {
+        Ok(result) => json!({ "id": id, "result": result }),
+        Err(error) => json!({ "id": id, "error": error }),
+    };
+    if endpoint.pending.deliver(&key, outcome) {
+        return;
+    }
+    match &endpoint.answers_elsewhere {
+        Some(outbox) => {
+            if outbox.try_send(wire.to_string().into_bytes()).is_err() {
+                tracing::warn!(%id, "answer relay is backed up; dropped an answer");
+            }
+        }
+        None => tracing::info!(%id, "an answer nobody waits for (late, or the call was cancelled)"),
+    }
+}
+
+/// Runs the answer relay: publishes answers for calls on other replicas, and delivers answers
+/// other replicas received to the calls waiting here. Returns the outbox.
+pub(super) fn relay_answers(
+    mut relay: RedisEventRelay,
+    pending: Arc<PendingAnswers>,
+) -> mpsc::Sender<Vec<u8>> {
+    let (outbox, mut outgoing) = mpsc::channel::<Vec<u8>>(256);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                answer = outgoing.recv() => {
+                    let Some(answer) = answer else { return };
+                    if let Err(e) = relay.publish(&answer).await {
+                        tracing::warn!("could not relay a client's answer to the other replicas: {e}");
+                    }
+                }
+                Some(payload) = relay.next_message() => {
+                    let Ok(message) = serde_json::from_slice::<Value>(&payload) else {
+                        tracing::warn!("ignored an unreadable relayed answer");
+                        continue;
+                    };
+                    let Some(id) = message.get("id").and_then(Value::as_str) else { continue };
+                    let outcome = match (message.get("result"), message.get("error")) {
+                        (Some(result), _) => Ok(result.clone()),
+                        (None, Some(error)) => Err(error.clone()),
+                        (None, None) => continue,
+                    };
+                    // Every replica hears every answer; only the one whose call waits takes it.
+                    pending.deliver(id, outcome);
+                }
+            }
+        }
+    });
+    outbox
 }
 
 fn record_key(session_id: &str) -> String {

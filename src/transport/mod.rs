@@ -33,6 +33,9 @@ pub struct TransportOptions {
     pub keepalive: Duration,
     #[cfg(feature = "legacy")]
     pub legacy: legacy::LegacyOptions,
+    /// With replicas: carries legacy clients' answers to the replica whose call waits for them.
+    #[cfg(feature = "legacy")]
+    pub answer_relay: Option<crate::store::RedisEventRelay>,
 }
 
 pub(crate) struct Endpoint {
@@ -41,15 +44,29 @@ pub(crate) struct Endpoint {
     /// Calls waiting for a legacy client's answer to a server-initiated request.
     #[cfg(feature = "legacy")]
     pending: Arc<crate::mrtr::PendingAnswers>,
+    /// Answers for calls waiting on other replicas, on their way to the relay.
+    #[cfg(feature = "legacy")]
+    answers_elsewhere: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
 }
 
 /// The router serving MCP at `path`.
 pub fn router(server: Arc<Server>, options: TransportOptions, path: &str) -> Router {
+    #[cfg(feature = "legacy")]
+    let mut options = options;
+    #[cfg(feature = "legacy")]
+    let pending: Arc<crate::mrtr::PendingAnswers> = Arc::default();
+    #[cfg(feature = "legacy")]
+    let answers_elsewhere = options
+        .answer_relay
+        .take()
+        .map(|relay| legacy::relay_answers(relay, pending.clone()));
     let endpoint = Arc::new(Endpoint {
         server,
         options,
         #[cfg(feature = "legacy")]
-        pending: Arc::default(),
+        pending,
+        #[cfg(feature = "legacy")]
+        answers_elsewhere,
     });
     #[cfg(feature = "legacy")]
     let route = post(http::post).get(legacy::get).delete(legacy::delete);

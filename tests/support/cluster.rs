@@ -66,6 +66,8 @@ pub struct SharedSettings {
     pub redis_prefix: String,
     pub state_keys: String,
     pub jwt_secret: String,
+    /// More settings every replica gets, e.g. `MOVIEDB_LEGACY_REQUEST_TIMEOUT`.
+    pub extra_env: Vec<(String, String)>,
 }
 
 impl SharedSettings {
@@ -75,6 +77,7 @@ impl SharedSettings {
             redis_prefix: format!("moviedb-cluster-test-{}:", random_hex(6)),
             state_keys: StateSealer::generate_spec("cluster"),
             jwt_secret: random_hex(24),
+            extra_env: Vec::new(),
         }
     }
 
@@ -102,6 +105,7 @@ fn command(program: &Path, settings: &SharedSettings) -> Command {
         .env("MOVIEDB_STATE_KEYS", &settings.state_keys)
         .env("MOVIEDB_JWT_SECRET", &settings.jwt_secret)
         .env("RUST_LOG", "info")
+        .envs(settings.extra_env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null());
     command
 }
@@ -210,8 +214,12 @@ pub struct Replicas {
 impl Replicas {
     /// Starts `count` replicas: the first alone (it migrates and seeds the database), then the rest.
     pub async fn start(count: usize, redis_url: String) -> Self {
+        Self::start_with(count, SharedSettings::new(redis_url)).await
+    }
+
+    /// Starts `count` replicas sharing `settings`.
+    pub async fn start_with(count: usize, settings: SharedSettings) -> Self {
         let database = TestDatabase::create().await;
-        let settings = SharedSettings::new(redis_url);
         let dir = std::env::temp_dir().join(format!("moviedb-cluster-test-{}", random_hex(8)));
         std::fs::create_dir_all(&dir).expect("create the replicas' folder");
         let (url, shared, folder) = (database.url.clone(), settings.clone(), dir.clone());
