@@ -11,7 +11,7 @@ use crate::config::ServeArgs;
 use crate::mrtr::{Engine, StateSealer};
 use crate::registry::Registry;
 use crate::server::{Events, Server, ServerInfo};
-use crate::store::{ContinuationStore, MemoryStore, RedisEventRelay, RedisStore, RedisStoreConfig};
+use crate::store::{ContinuationStore, MemoryStore, RedisEventRelay, RedisStore};
 use crate::transport::{self, OriginPolicy, TransportOptions};
 
 /// The MCP endpoint path.
@@ -43,17 +43,8 @@ pub async fn engine(args: &ServeArgs) -> anyhow::Result<Engine> {
     ))
 }
 
-/// Where replicas share state, when Redis is configured.
-fn redis_config(args: &ServeArgs) -> Option<RedisStoreConfig> {
-    args.redis_url.as_ref().map(|url| RedisStoreConfig {
-        url: url.clone(),
-        prefix: args.redis_prefix.clone(),
-        timeout: Duration::from_millis(args.redis_timeout_ms.max(1)),
-    })
-}
-
 async fn continuation_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn ContinuationStore>> {
-    let Some(config) = redis_config(args) else {
+    let Some(config) = args.redis() else {
         tracing::info!(
             capacity = args.continuation_capacity,
             "continuations kept in memory"
@@ -76,7 +67,7 @@ pub async fn router(
     events: Events,
     authenticator: Arc<dyn Authenticator>,
 ) -> anyhow::Result<axum::Router> {
-    if let Some(config) = redis_config(args) {
+    if let Some(config) = args.redis() {
         let relay = RedisEventRelay::connect(&config, "events")
             .await
             .context("connecting the change-event relay to Redis")?;
@@ -98,7 +89,7 @@ pub async fn router(
             session_ttl: Duration::from_secs(args.legacy_session_ttl_secs.max(60)),
         },
         #[cfg(feature = "legacy")]
-        answer_relay: match redis_config(args) {
+        answer_relay: match args.redis() {
             Some(config) => Some(
                 RedisEventRelay::connect(&config, "answers")
                     .await
@@ -134,7 +125,8 @@ pub fn init_logging() {
         .try_init();
 }
 
-async fn shutdown_signal() {
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -60,6 +60,17 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// Where replicas share state, when Redis is configured.
+    pub fn redis(&self) -> Option<crate::store::RedisStoreConfig> {
+        self.redis_url
+            .as_ref()
+            .map(|url| crate::store::RedisStoreConfig {
+                url: url.clone(),
+                prefix: self.redis_prefix.clone(),
+                timeout: Duration::from_millis(self.redis_timeout_ms.max(1)),
+            })
+    }
+
     pub fn state_ttl(&self) -> Duration {
         Duration::from_secs(self.state_ttl_secs.max(1))
     }

@@ -466,3 +466,30 @@ async fn while_redis_is_down_changes_reach_local_listeners_and_relaying_resumes_
         );
     }
 }
+
+/// Replicas started together on an empty database race to migrate and seed it; every one of them
+/// must come up, and the catalogue must be there exactly once.
+#[tokio::test]
+async fn replicas_starting_together_seed_the_catalogue_once() {
+    let replicas = Replicas::start(3, shared_redis_url()).await;
+    let seeded = include_str!("../src/moviedb/seed/movies.tsv")
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .count();
+    assert_eq!(replicas.database.movie_count().await, seeded as i64);
+    for number in 1..=3 {
+        let recommended = replicas
+            .session(number, "eve")
+            .call(
+                "recommendMoviesForMood",
+                json!({"input": {"mood": "COMFORT"}}),
+            )
+            .await;
+        assert_eq!(
+            recommended.result_type(),
+            "complete",
+            "replica {number} serves"
+        );
+    }
+}

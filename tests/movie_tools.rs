@@ -18,10 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use rand::RngCore;
 use serde_json::{Map, Value, json};
-use sqlx::Connection as _;
-use sqlx::postgres::PgConnection;
+use support::cluster::random_hex;
+use support::postgres::TestDatabase;
 use support::{Client, Reply, RpcRequest, accept};
 
 /// Generates one `#[tokio::test]` per backend for each scenario: `sqlite::<name>` and
@@ -1024,9 +1023,6 @@ fn no_capabilities() -> Value {
 // The server under test and its database
 // ---------------------------------------------------------------------------------------------
 
-/// The admin connection used when `TEST_POSTGRES_URL` is not set.
-const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
 /// How long the server may take to accept connections (it migrates and seeds first).
 const STARTUP_LIMIT: Duration = Duration::from_secs(30);
 
@@ -1037,111 +1033,6 @@ enum Backend {
     Sqlite,
     /// A fresh PostgreSQL database (`DATABASE_URL`).
     Postgres,
-}
-
-/// Lower-case hex of `bytes` random bytes.
-fn random_hex(bytes: usize) -> String {
-    let mut raw = vec![0u8; bytes];
-    rand::thread_rng().fill_bytes(&mut raw);
-    raw.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-// ---------------------------------------------------------------------------------------------
-// PostgreSQL: one fresh database per test
-// ---------------------------------------------------------------------------------------------
-
-/// A database created for one test and dropped (best effort) when this value is dropped.
-struct TestDatabase {
-    admin_url: String,
-    name: String,
-    /// The URL the server connects to.
-    url: String,
-}
-
-fn admin_url() -> String {
-    std::env::var("TEST_POSTGRES_URL")
-        .ok()
-        .filter(|url| !url.trim().is_empty())
-        .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned())
-}
-
-/// `url` with its database (the path) replaced by `database`, keeping any query string.
-fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let root = match base[authority_start..].find('/') {
-        Some(slash) => &base[..authority_start + slash],
-        None => base,
-    };
-    match query {
-        Some(query) => format!("{root}/{database}?{query}"),
-        None => format!("{root}/{database}"),
-    }
-}
-
-async fn connect_admin(url: &str) -> Result<PgConnection, String> {
-    match tokio::time::timeout(Duration::from_secs(15), PgConnection::connect(url)).await {
-        Ok(Ok(connection)) => Ok(connection),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("no answer within 15 s".to_owned()),
-    }
-}
-
-impl TestDatabase {
-    /// Creates `moviedb_test_<random>`. Panics (failing the test) when PostgreSQL is unreachable:
-    /// CI provides PostgreSQL, so a missing server is an error, not a reason to skip.
-    async fn create() -> Self {
-        let admin_url = admin_url();
-        let shown = moviedb_mcp::moviedb::catalogue::redact(&admin_url);
-        let mut admin = connect_admin(&admin_url).await.unwrap_or_else(|e| {
-            panic!(
-                "PostgreSQL is not reachable at {shown} ({e}). The PostgreSQL variants of these tests \
-                 need a server: start one, or point TEST_POSTGRES_URL at an admin connection URL \
-                 (default {DEFAULT_POSTGRES_URL})."
-            )
-        });
-        let name = format!("moviedb_test_{}", random_hex(8));
-        // The name is generated above from [a-z0-9_] only.
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut admin)
-            .await
-            .unwrap_or_else(|e| panic!("cannot create the test database {name} on {shown}: {e}"));
-        let _ = admin.close().await;
-        Self {
-            url: with_database(&admin_url, &name),
-            admin_url,
-            name,
-        }
-    }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        let admin_url = self.admin_url.clone();
-        let name = self.name.clone();
-        // Drop runs inside the test's runtime, which cannot be blocked on; use a thread of its own.
-        let cleanup = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async move {
-                if let Ok(mut admin) = connect_admin(&admin_url).await {
-                    let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(drop))
-                        .execute(&mut admin)
-                        .await;
-                    let _ = admin.close().await;
-                }
-            });
-        });
-        let _ = cleanup.join();
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1201,17 +1092,10 @@ async fn assert_catalogue_in(backend: Backend, data_dir: &Path, database: Option
             data_dir.display()
         ),
         (Backend::Postgres, Some(database)) => {
-            let mut connection = connect_admin(&database.url)
-                .await
-                .unwrap_or_else(|e| panic!("cannot open the test database: {e}"));
-            let movies: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM movies")
-                .fetch_one(&mut connection)
-                .await
-                .unwrap_or_else(|e| {
-                    panic!("the server did not create its tables in PostgreSQL: {e}")
-                });
-            assert!(movies > 0, "the server seeded the PostgreSQL database");
-            let _ = connection.close().await;
+            assert!(
+                database.movie_count().await > 0,
+                "the server seeded the PostgreSQL database"
+            );
         }
         (Backend::Postgres, None) => unreachable!("a PostgreSQL run has a database"),
     }

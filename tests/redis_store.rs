@@ -3,17 +3,12 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use moviedb_mcp::mrtr::StateSealer;
 use serde_json::json;
+use support::cluster::{PrivateRedis, shared_redis_url};
 use support::{ServerOptions, TestServer, accept};
-
-/// The shared Redis of this machine (CI starts it).
-fn redis_url() -> String {
-    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
 
 async fn replica(keys: &str, redis: String) -> TestServer {
     TestServer::start_with(ServerOptions {
@@ -27,8 +22,8 @@ async fn replica(keys: &str, redis: String) -> TestServer {
 #[tokio::test]
 async fn a_call_started_on_one_server_finishes_on_another_and_only_once() {
     let keys = StateSealer::generate_spec("shared");
-    let first = replica(&keys, redis_url()).await;
-    let second = replica(&keys, redis_url()).await;
+    let first = replica(&keys, shared_redis_url()).await;
+    let second = replica(&keys, shared_redis_url()).await;
 
     let round1 = first.client().call_tool("greet", json!({})).await;
     assert_eq!(round1.result()["resultType"], "input_required");
@@ -63,8 +58,8 @@ async fn a_call_started_on_one_server_finishes_on_another_and_only_once() {
 #[tokio::test]
 async fn the_same_state_sent_to_two_servers_at_once_completes_exactly_once() {
     let keys = StateSealer::generate_spec("shared");
-    let first = replica(&keys, redis_url()).await;
-    let second = replica(&keys, redis_url()).await;
+    let first = replica(&keys, shared_redis_url()).await;
+    let second = replica(&keys, shared_redis_url()).await;
     for _ in 0..10 {
         let round1 = first.client().call_tool("greet", json!({})).await;
         let state = round1.result()["requestState"]
@@ -89,73 +84,6 @@ async fn the_same_state_sent_to_two_servers_at_once_completes_exactly_once() {
     }
 }
 
-/// A private redis-server on its own port, so the test can stop and restart it.
-struct PrivateRedis {
-    port: u16,
-    child: Option<Child>,
-}
-
-impl PrivateRedis {
-    fn start_on(port: u16) -> Self {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
-        let mut redis = Self {
-            port,
-            child: Some(child),
-        };
-        redis.wait_until_up();
-        redis
-    }
-
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        Self::start_on(port)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn wait_until_up(&mut self) {
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("redis-server did not start on port {}", self.port);
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 #[tokio::test]
 async fn a_redis_outage_gives_a_clear_error_and_service_returns_with_redis() {
     let mut redis = PrivateRedis::start();
@@ -171,7 +99,7 @@ async fn a_redis_outage_gives_a_clear_error_and_service_returns_with_redis() {
         .expect("a state")
         .to_owned();
 
-    redis.stop();
+    redis.kill().await;
     // Bounded by the store's own timeout; the guard only keeps a broken build from hanging CI.
     let during = tokio::time::timeout(
         Duration::from_secs(20),
@@ -195,7 +123,7 @@ async fn a_redis_outage_gives_a_clear_error_and_service_returns_with_redis() {
     let new_call = client.call_tool("greet", json!({})).await;
     assert_eq!(new_call.error_code(), -32603, "asking needs the store too");
 
-    let _restarted = PrivateRedis::start_on(redis.port);
+    redis.restart();
     let mut recovered = None;
     for _ in 0..50 {
         let reply = client.call_tool("greet", json!({})).await;

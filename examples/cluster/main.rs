@@ -73,7 +73,7 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("the balancer cannot listen on 127.0.0.1:{}", cli.port))?;
     let port = listener.local_addr()?.port();
 
-    let shutdown = shutdown_signal();
+    let shutdown = moviedb_mcp::app::shutdown_signal();
     tokio::pin!(shutdown);
     let replicas = tokio::select! {
         started = replicas::start_all(&launch, cli.replicas) => started?,
@@ -144,25 +144,4 @@ fn random_hex(bytes: usize) -> String {
     let mut raw = vec![0u8; bytes];
     rand::thread_rng().fill_bytes(&mut raw);
     raw.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
-    }
 }

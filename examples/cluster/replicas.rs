@@ -1,7 +1,7 @@
 //! The replica processes: each started on a free port of 127.0.0.1 with the shared settings, its
 //! output prefixed with its number, watched while it runs, and stopped with SIGTERM (SIGKILL after
-//! a grace period). The first replica starts alone, so that it migrates and seeds a fresh database
-//! before the others open it.
+//! a grace period). They start together, as an orchestrator would start them; on a fresh database
+//! they race to migrate and seed it, which the server settles.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -37,11 +37,9 @@ pub struct Replica {
     child: Child,
 }
 
-/// Starts replicas 1 to `count`: the first alone, the others together once it serves.
+/// Starts replicas 1 to `count`, all at once.
 pub async fn start_all(launch: &Launch, count: usize) -> anyhow::Result<Vec<Replica>> {
-    let first = start(launch, 1).await?;
-    let others = futures::future::try_join_all((2..=count).map(|number| start(launch, number)));
-    Ok(std::iter::once(first).chain(others.await?).collect())
+    futures::future::try_join_all((1..=count).map(|number| start(launch, number))).await
 }
 
 async fn start(launch: &Launch, number: usize) -> anyhow::Result<Replica> {

@@ -10,7 +10,7 @@ mod redis;
 mod redis_events;
 
 pub use memory::MemoryStore;
-pub use redis::{RedisStore, RedisStoreConfig};
+pub use redis::{RedisStore, RedisStoreConfig, connect as connect_redis, query as redis_query};
 pub use redis_events::RedisEventRelay;
 
 use std::time::Duration;

@@ -51,7 +51,7 @@ impl RedisStore {
 
 /// Opens the client and a connection that reconnects by itself, failing at once if Redis cannot
 /// be reached now.
-pub(super) async fn connect(
+pub async fn connect(
     config: &RedisStoreConfig,
 ) -> Result<(redis::Client, ConnectionManager), StoreError> {
     let client = redis::Client::open(config.url.as_str())
@@ -72,7 +72,7 @@ pub(super) async fn connect(
 }
 
 /// Runs one command, failing when Redis errs or does not answer within `timeout`.
-pub(super) async fn query<T: redis::FromRedisValue>(
+pub async fn query<T: redis::FromRedisValue>(
     connection: &ConnectionManager,
     timeout: Duration,
     command: &redis::Cmd,

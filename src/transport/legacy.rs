@@ -285,13 +285,6 @@ pub(super) async fn get(
     State(endpoint): State<Arc<Endpoint>>,
     headers: HeaderMap,
 ) -> Response<Body> {
-    if let Err(reason) = endpoint.options.origin.check(&headers) {
-        return error(
-            StatusCode::FORBIDDEN,
-            None,
-            &ProtocolError::invalid_request(reason),
-        );
-    }
     let (session_id, _) = match session_of(&endpoint, &headers).await {
         Ok(found) => found,
         Err(refusal) => return refusal,
@@ -346,13 +339,6 @@ pub(super) async fn delete(
     State(endpoint): State<Arc<Endpoint>>,
     headers: HeaderMap,
 ) -> Response<Body> {
-    if let Err(reason) = endpoint.options.origin.check(&headers) {
-        return error(
-            StatusCode::FORBIDDEN,
-            None,
-            &ProtocolError::invalid_request(reason),
-        );
-    }
     let (session_id, _) = match session_of(&endpoint, &headers).await {
         Ok(found) => found,
         Err(refusal) => return refusal,
@@ -379,11 +365,18 @@ pub(super) async fn delete(
     }
 }
 
-/// The session named by the request's header, checked against its caller.
+/// The session named by the request's header, checked against its origin and its caller.
 async fn session_of(
     endpoint: &Arc<Endpoint>,
     headers: &HeaderMap,
 ) -> Result<(String, Session), Response<Body>> {
+    if let Err(reason) = endpoint.options.origin.check(headers) {
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            None,
+            &ProtocolError::invalid_request(reason),
+        ));
+    }
     let principal = endpoint
         .options
         .authenticator

@@ -212,7 +212,7 @@ pub struct Replicas {
 }
 
 impl Replicas {
-    /// Starts `count` replicas: the first alone (it migrates and seeds the database), then the rest.
+    /// Starts `count` replicas together on a fresh database.
     pub async fn start(count: usize, redis_url: String) -> Self {
         Self::start_with(count, SharedSettings::new(redis_url)).await
     }
@@ -223,10 +223,11 @@ impl Replicas {
         let dir = std::env::temp_dir().join(format!("moviedb-cluster-test-{}", random_hex(8)));
         std::fs::create_dir_all(&dir).expect("create the replicas' folder");
         let (url, shared, folder) = (database.url.clone(), settings.clone(), dir.clone());
+        // All at once, as an orchestrator would start them: they race to migrate and seed the
+        // empty database, which the server must survive.
         let replicas = tokio::task::spawn_blocking(move || {
-            let first = Replica::start(1, &shared, &url, &folder);
-            let others: Vec<Replica> = std::thread::scope(|scope| {
-                let starting: Vec<_> = (2..=count)
+            std::thread::scope(|scope| {
+                let starting: Vec<_> = (1..=count)
                     .map(|number| {
                         let (shared, url, folder) = (&shared, &url, &folder);
                         scope.spawn(move || Replica::start(number, shared, url, folder))
@@ -236,8 +237,7 @@ impl Replicas {
                     .into_iter()
                     .map(|handle| handle.join().expect("a replica started"))
                     .collect()
-            });
-            std::iter::once(first).chain(others).collect()
+            })
         })
         .await
         .expect("the replicas started");

@@ -82,6 +82,19 @@ impl TestDatabase {
         }
     }
 
+    /// How many movies the catalogue holds (0 before a server seeded it).
+    pub async fn movie_count(&self) -> i64 {
+        let mut connection = connect(&self.url)
+            .await
+            .unwrap_or_else(|e| panic!("cannot open the test database: {e}"));
+        let movies = sqlx::query_scalar("SELECT COUNT(*) FROM movies")
+            .fetch_one(&mut connection)
+            .await
+            .unwrap_or_else(|e| panic!("the server did not create its tables in PostgreSQL: {e}"));
+        let _ = connection.close().await;
+        movies
+    }
+
     /// How many watch-list rows `user` has, read straight from the database.
     pub async fn watchlist_rows(&self, user: &str) -> i64 {
         let mut connection = connect(&self.url)

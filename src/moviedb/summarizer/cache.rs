@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use moka::future::Cache;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::SummaryText;
 use crate::moviedb::model::Review;
+use crate::store::{RedisStoreConfig, connect_redis, redis_query};
 
 /// Most summaries kept in this process.
 const LOCAL_CAPACITY: u64 = 10_000;
@@ -87,16 +88,6 @@ impl moka::Expiry<String, Entry> for UntilItsExpiry {
     }
 }
 
-/// Redis connection settings for the shared tier.
-#[derive(Debug, Clone)]
-pub struct RedisCacheConfig {
-    pub url: String,
-    /// Prepended to every key.
-    pub prefix: String,
-    /// Longest any one Redis call may take before it counts as a miss.
-    pub timeout: Duration,
-}
-
 pub struct SummaryCache {
     local: Cache<String, Entry>,
     shared: Option<RedisSummaries>,
@@ -112,7 +103,7 @@ impl SummaryCache {
     }
 
     /// A cache in this process backed by Redis (failing at once if Redis cannot be reached now).
-    pub async fn shared_in_redis(config: RedisCacheConfig) -> anyhow::Result<Self> {
+    pub async fn shared_in_redis(config: RedisStoreConfig) -> anyhow::Result<Self> {
         Ok(Self {
             local: local_cache(),
             shared: Some(RedisSummaries::connect(config).await?),
@@ -169,20 +160,10 @@ struct RedisSummaries {
 }
 
 impl RedisSummaries {
-    async fn connect(config: RedisCacheConfig) -> anyhow::Result<Self> {
-        let client = redis::Client::open(config.url.as_str()).context("bad REDIS_URL")?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.timeout))
-            .set_response_timeout(Some(config.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let connection = tokio::time::timeout(
-            config.timeout * 3,
-            ConnectionManager::new_with_config(client, manager_config),
-        )
-        .await
-        .context("timed out connecting to Redis")?
-        .context("connecting to Redis")?;
+    async fn connect(config: RedisStoreConfig) -> anyhow::Result<Self> {
+        let (_, connection) = connect_redis(&config)
+            .await
+            .context("connecting to Redis")?;
         Ok(Self {
             connection,
             prefix: config.prefix,
@@ -231,18 +212,10 @@ impl RedisSummaries {
 
     /// Runs `command`; `None` (after a warning) when Redis fails or is too slow.
     async fn run<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Option<T> {
-        let mut connection = self.connection.clone();
-        match tokio::time::timeout(self.timeout, command.query_async(&mut connection)).await {
-            Ok(Ok(value)) => Some(value),
-            Ok(Err(e)) => {
+        match redis_query(&self.connection, self.timeout, command).await {
+            Ok(value) => Some(value),
+            Err(e) => {
                 tracing::warn!("summary cache in Redis unavailable, treating it as a miss: {e}");
-                None
-            }
-            Err(_) => {
-                tracing::warn!(
-                    "summary cache in Redis did not answer within {} ms, treating it as a miss",
-                    self.timeout.as_millis()
-                );
                 None
             }
         }

@@ -17,12 +17,10 @@ mod provider;
 
 pub use config::LlmArgs;
 
-use std::time::Duration;
-
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
-use self::cache::{RedisCacheConfig, SummaryCache, SummaryKey};
+use self::cache::{SummaryCache, SummaryKey};
 use self::config::CacheLifetimes;
 use self::provider::{Provider, ProviderError};
 use super::catalogue;
@@ -80,13 +78,8 @@ impl Summarizer {
                 Some(Provider::new(config)?)
             }
         };
-        let cache = match &serve.redis_url {
-            Some(url) => {
-                let redis = RedisCacheConfig {
-                    url: url.clone(),
-                    prefix: serve.redis_prefix.clone(),
-                    timeout: Duration::from_millis(serve.redis_timeout_ms.max(1)),
-                };
+        let cache = match serve.redis() {
+            Some(redis) => {
                 let cache = SummaryCache::shared_in_redis(redis)
                     .await
                     .context("connecting to Redis for the summary cache")?;

@@ -1,0 +1,268 @@
+//! The load generator's client: one keep-alive HTTP/1.1 connection per loop (hyper, Nagle's
+//! algorithm off) and the two workloads, each round trip a `tools/call` answered `input_required`,
+//! then the retry with `inputResponses` and the `requestState`, answered `complete`. Every response
+//! is checked: the HTTP status, the `resultType`, the question asked and the final answer.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::Value;
+
+/// The conformance example's MRTR tool: it asks the user's name, then greets them.
+pub const ELICITATION_TOOL: &str = "test_input_required_result_elicitation";
+/// Its answer once the retry says the name is "bench".
+pub const ELICITATION_REPLY: &str = "Hello, bench!";
+const WATCHLIST_TOOL: &str = "addToWatchlist";
+/// Movies of the seeded catalogue (ids 1 to 355).
+const SEEDED_MOVIES: u64 = 355;
+const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}"#;
+
+/// One keep-alive connection to a server.
+pub struct Connection {
+    sender: SendRequest<Full<Bytes>>,
+    host: HeaderValue,
+}
+
+impl Connection {
+    pub async fn open(addr: SocketAddr) -> anyhow::Result<Self> {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        // Drives the connection; it ends when the sender is dropped or the server hangs up.
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(Self {
+            sender,
+            host: HeaderValue::from_str(&addr.to_string())?,
+        })
+    }
+
+    /// POSTs one `tools/call` to `/mcp` and returns the body of its 200 answer.
+    async fn call(
+        &mut self,
+        tool: &'static str,
+        authorization: Option<&HeaderValue>,
+        body: String,
+    ) -> anyhow::Result<Bytes> {
+        self.sender.ready().await?;
+        let mut request = Request::post("/mcp")
+            .header(HOST, &self.host)
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", tool);
+        if let Some(authorization) = authorization {
+            request = request.header(AUTHORIZATION, authorization);
+        }
+        let response = self
+            .sender
+            .send_request(request.body(Full::new(Bytes::from(body)))?)
+            .await?;
+        let status = response.status();
+        let body = response.into_body().collect().await?.to_bytes();
+        anyhow::ensure!(
+            status == StatusCode::OK,
+            "HTTP {status}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        Ok(body)
+    }
+}
+
+/// What each round trip does.
+#[derive(Clone)]
+pub enum Workload {
+    /// The conformance example's `test_input_required_result_elicitation` (the floor answers it too).
+    Elicitation,
+    /// `addToWatchlist` of a seeded movie, answered WATCHED, for a new user each time.
+    Watchlist(Arc<Users>),
+}
+
+/// Signs in a new user for every watch-list round trip, so the unique index never refuses one.
+pub struct Users {
+    secret: Vec<u8>,
+    next: AtomicU64,
+}
+
+impl Users {
+    pub fn new(secret: &str) -> Self {
+        Self {
+            secret: secret.as_bytes().to_vec(),
+            next: AtomicU64::new(0),
+        }
+    }
+
+    /// A fresh user's `Authorization` value, and the movie they add.
+    fn next(&self) -> anyhow::Result<(HeaderValue, u64)> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let token = moviedb_mcp::auth::mint_token(
+            &self.secret,
+            &format!("bench-{n}"),
+            Duration::from_secs(3600),
+        )?;
+        Ok((
+            HeaderValue::from_str(&format!("Bearer {token}"))?,
+            1 + n % SEEDED_MOVIES,
+        ))
+    }
+}
+
+impl Workload {
+    /// One full MRTR round trip, every answer checked.
+    pub async fn round_trip(&self, connection: &mut Connection) -> anyhow::Result<()> {
+        let asked = self.ask(connection).await?;
+        let retry = call_body(
+            asked.tool,
+            &asked.arguments,
+            Some((asked.responses, &asked.state)),
+        );
+        let last = connection
+            .call(asked.tool, asked.authorization.as_ref(), retry)
+            .await?;
+        self.check_final(&answer(&last)?)
+    }
+
+    /// Only the first request of a round trip, whose continuation is then left parked.
+    pub async fn first_round(&self, connection: &mut Connection) -> anyhow::Result<()> {
+        self.ask(connection).await.map(drop)
+    }
+
+    /// The first request, checked: it must ask its question and carry a `requestState`.
+    async fn ask(&self, connection: &mut Connection) -> anyhow::Result<Asked> {
+        let (tool, arguments, authorization, key, responses) = match self {
+            Self::Elicitation => (
+                ELICITATION_TOOL,
+                "{}".to_owned(),
+                None,
+                "user_name",
+                r#"{"user_name":{"action":"accept","content":{"name":"bench"}}}"#,
+            ),
+            Self::Watchlist(users) => {
+                let (authorization, movie) = users.next()?;
+                (
+                    WATCHLIST_TOOL,
+                    format!(r#"{{"subject":{{"movieId":{movie}}}}}"#),
+                    Some(authorization),
+                    "status",
+                    r#"{"status":{"action":"accept","content":{"status":"WATCHED"}}}"#,
+                )
+            }
+        };
+        let body = call_body(tool, &arguments, None);
+        let first = answer(&connection.call(tool, authorization.as_ref(), body).await?)?;
+        anyhow::ensure!(
+            first.result_type == "input_required" && first.input_requests.contains_key(key),
+            "expected input_required asking {key:?}, got {}",
+            first.result_type
+        );
+        Ok(Asked {
+            tool,
+            arguments,
+            authorization,
+            responses,
+            state: first
+                .request_state
+                .context("input_required without requestState")?,
+        })
+    }
+
+    fn check_final(&self, last: &Answer) -> anyhow::Result<()> {
+        let complete = last.result_type == "complete" && !last.is_error;
+        match self {
+            Self::Elicitation => {
+                let text = last.content.first().and_then(|block| block.text.as_deref());
+                anyhow::ensure!(
+                    complete && text == Some(ELICITATION_REPLY),
+                    "unexpected final answer: {} {text:?}",
+                    last.result_type
+                );
+            }
+            Self::Watchlist(_) => {
+                let saved = last.structured_content.as_ref();
+                let status = saved.and_then(|s| s.get("status")).and_then(Value::as_str);
+                let title = saved
+                    .and_then(|s| s.pointer("/content/title"))
+                    .and_then(Value::as_str);
+                anyhow::ensure!(
+                    complete && status == Some("WATCHED") && title.is_some_and(|t| !t.is_empty()),
+                    "unexpected final answer: {} {saved:?}",
+                    last.result_type
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A first round that asked: what the retry needs.
+struct Asked {
+    tool: &'static str,
+    arguments: String,
+    authorization: Option<HeaderValue>,
+    /// The `inputResponses` of the retry.
+    responses: &'static str,
+    state: String,
+}
+
+/// A `tools/call` body; a retry adds its `inputResponses` and `requestState`.
+fn call_body(tool: &str, arguments: &str, retry: Option<(&str, &str)>) -> String {
+    let retry = match retry {
+        None => String::new(),
+        Some((responses, state)) => format!(
+            r#","inputResponses":{responses},"requestState":{}"#,
+            Value::from(state)
+        ),
+    };
+    format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}","arguments":{arguments}{retry},"_meta":{META}}}}}"#
+    )
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    result: Option<Answer>,
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer {
+    result_type: String,
+    #[serde(default)]
+    input_requests: HashMap<String, IgnoredAny>,
+    request_state: Option<String>,
+    #[serde(default)]
+    content: Vec<Block>,
+    structured_content: Option<Value>,
+    #[serde(default)]
+    is_error: bool,
+}
+
+#[derive(Deserialize)]
+struct Block {
+    text: Option<String>,
+}
+
+fn answer(body: &[u8]) -> anyhow::Result<Answer> {
+    let envelope: Envelope = serde_json::from_slice(body).context("the answer is not JSON-RPC")?;
+    match (envelope.result, envelope.error) {
+        (Some(result), None) => Ok(result),
+        (_, Some(error)) => anyhow::bail!("JSON-RPC error: {error}"),
+        (None, None) => anyhow::bail!("neither result nor error"),
+    }
+}

@@ -1,0 +1,157 @@
+//! Memory: whether the server's resident set stays flat over many round trips and while clients
+//! leave continuations parked (the in-memory store must stay bounded), and how many bytes of Redis
+//! one pending continuation takes.
+
+use crate::client::Workload;
+use crate::load::{Round, Target, Until};
+use crate::servers::{Binaries, Kind, Server};
+
+/// The in-memory store's capacity (the server's default, given explicitly).
+const STORE_CAPACITY: u64 = 100_000;
+/// Round trips before the first reading.
+const WARM_ROUND_TRIPS: u64 = 10_000;
+/// Most the resident set may grow between the readings.
+const FLAT_MIB: f64 = 10.0;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Resident set after 10,000 round trips and after `total`; then after filling the store with
+/// first rounds nobody answers, and after twice as many more.
+pub async fn rss_check(
+    bins: &Binaries,
+    state_keys: &str,
+    concurrency: usize,
+    total: u64,
+) -> anyhow::Result<()> {
+    let server = Server::start(bins, &Kind::Memory, state_keys).await?;
+    let mut target = Target::connect("memory", server, Workload::Elicitation, concurrency).await?;
+    println!(
+        "Resident set of the conformance example (memory store, capacity {STORE_CAPACITY}), {concurrency} concurrent clients\n"
+    );
+    let warm = WARM_ROUND_TRIPS.min(total);
+    target.run(&Until::count(warm), Round::Full, true).await?;
+    let after_warm = target.server.rss_bytes()?;
+    println!(
+        "after {warm:>9} round trips: {:>7.1} MiB",
+        after_warm as f64 / MIB
+    );
+    let step = (total / 10).max(1);
+    let mut done = warm;
+    while done < total {
+        let now = step.min(total - done);
+        target.run(&Until::count(now), Round::Full, true).await?;
+        done += now;
+        eprintln!(
+            "  {done} round trips: {:.1} MiB",
+            target.server.rss_bytes()? as f64 / MIB
+        );
+    }
+    let after_all = target.server.rss_bytes()?;
+    let growth = (after_all as f64 - after_warm as f64) / MIB;
+    println!(
+        "after {total:>9} round trips: {:>7.1} MiB  (growth {growth:+.1} MiB; target within {FLAT_MIB} MiB: {})",
+        after_all as f64 / MIB,
+        holds(growth.abs() <= FLAT_MIB)
+    );
+
+    target
+        .run(&Until::count(STORE_CAPACITY), Round::FirstOnly, true)
+        .await?;
+    let full = target.server.rss_bytes()?;
+    println!(
+        "\nafter {STORE_CAPACITY} first rounds left unanswered (store full): {:>7.1} MiB",
+        full as f64 / MIB
+    );
+    target
+        .run(&Until::count(2 * STORE_CAPACITY), Round::FirstOnly, true)
+        .await?;
+    let beyond = target.server.rss_bytes()?;
+    let growth = (beyond as f64 - full as f64) / MIB;
+    println!(
+        "after {} more:                              {:>7.1} MiB  (growth {growth:+.1} MiB; bounded within {FLAT_MIB} MiB: {})",
+        2 * STORE_CAPACITY,
+        beyond as f64 / MIB,
+        holds(growth.abs() <= FLAT_MIB)
+    );
+    let errors = target.tally.figures().errors;
+    println!("errors: {errors}");
+    target.server.stop().await;
+    Ok(())
+}
+
+pub fn holds(condition: bool) -> &'static str {
+    if condition { "holds" } else { "DOES NOT HOLD" }
+}
+
+/// Average Redis footprint of one parked continuation.
+pub struct PendingSize {
+    pub keys: usize,
+    pub memory_usage: f64,
+    pub key_length: usize,
+    pub payload_length: f64,
+}
+
+/// Parks `count` first rounds on the Redis-backed `target`, reads the size of the keys under
+/// `prefix`, and deletes them.
+pub async fn pending_size(
+    target: &mut Target,
+    redis_url: &str,
+    prefix: &str,
+    count: u64,
+) -> anyhow::Result<PendingSize> {
+    target
+        .run(&Until::count(count), Round::FirstOnly, false)
+        .await?;
+    let mut redis = redis::Client::open(redis_url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor = 0_u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut redis)
+            .await?;
+        keys.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    anyhow::ensure!(
+        !keys.is_empty(),
+        "no parked continuation found under {prefix}"
+    );
+    let (mut memory, mut payload) = (0_u64, 0_u64);
+    for key in &keys {
+        memory += redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(key)
+            .arg("SAMPLES")
+            .arg(0)
+            .query_async::<Option<u64>>(&mut redis)
+            .await?
+            .unwrap_or_default();
+        payload += redis::cmd("STRLEN")
+            .arg(key)
+            .query_async::<u64>(&mut redis)
+            .await?;
+    }
+    for batch in keys.chunks(500) {
+        redis::cmd("DEL")
+            .arg(batch)
+            .query_async::<()>(&mut redis)
+            .await?;
+    }
+    let parked = keys.len() as f64;
+    Ok(PendingSize {
+        keys: keys.len(),
+        memory_usage: memory as f64 / parked,
+        key_length: keys[0].len(),
+        payload_length: payload as f64 / parked,
+    })
+}

@@ -1,0 +1,224 @@
+//! The MRTR benchmark. One round trip is `tools/call` → `input_required` → the retry with
+//! `inputResponses` and `requestState` → `complete`. In one run it starts, each in its own process,
+//! (a) the floor: a bare axum server answering those two requests with fixed bytes, (b) the
+//! conformance example on the in-memory store, (c) the same on the Redis store (`REDIS_URL`, or
+//! Redis on the default port if it answers), and (d) `moviedb-mcp` on its embedded SQLite database
+//! for `addToWatchlist` end to end (two rounds and the SQL write, a new signed-in user each time).
+//! C client loops, each on its own keep-alive connection, drive one server at a time; the servers
+//! take turns in slices so that drift in the machine's speed affects all alike. Every response is
+//! checked. For each server it prints round trips/s, p50, p99, errors, the server's CPU time per
+//! round trip, and the ratios to the floor; then the Redis bytes one pending continuation takes.
+//!
+//! ```sh
+//! cargo build --release --bins --examples && target/release/examples/bench_mrtr
+//! target/release/examples/bench_mrtr --memory --round-trips 1000000   # resident set over time
+//! ```
+//!
+//! Absolute figures depend on the machine; only the ratios to the floor carry across machines.
+
+mod client;
+mod floor;
+mod footprint;
+mod load;
+mod report;
+mod servers;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use client::{Users, Workload};
+use load::{Round, Target, Until};
+use moviedb_mcp::mrtr::StateSealer;
+use rand::RngCore;
+use servers::{Binaries, Kind, Server};
+
+/// Redis tried when REDIS_URL is not set.
+const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+/// Measures MRTR round trips against a bare HTTP floor, in one run.
+#[derive(Debug, Parser)]
+struct Cli {
+    /// Concurrent client loops, each on its own keep-alive connection.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Measured seconds per server (after a warm-up of a fifth of that).
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Slices the measured time is cut into, the servers taking turns.
+    #[arg(long, default_value_t = 10)]
+    slices: u32,
+    /// Which servers to measure besides the floor.
+    #[arg(long, value_enum, default_value_t = Scenario::All)]
+    scenario: Scenario,
+    /// Instead of the table: the server's resident set after 10,000 round trips and after
+    /// --round-trips, then while the in-memory store is full of unanswered first rounds.
+    #[arg(long)]
+    memory: bool,
+    /// Round trips of the --memory check.
+    #[arg(long, default_value_t = 1_000_000)]
+    round_trips: u64,
+    /// First rounds of addToWatchlist parked to measure the Redis bytes per pending continuation.
+    #[arg(long, default_value_t = 1000)]
+    pending: u64,
+    /// Redis for the Redis store; when unset, the default is used if it answers.
+    #[arg(long, env = "REDIS_URL")]
+    redis_url: Option<String>,
+    /// Serve the floor on this address (used by the benchmark itself).
+    #[arg(long, hide = true)]
+    serve_floor: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    /// The conformance example on the memory and Redis stores, and addToWatchlist.
+    All,
+    /// The conformance example on the memory and Redis stores.
+    Mrtr,
+    /// addToWatchlist on moviedb-mcp.
+    Watchlist,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if let Some(bind) = cli.serve_floor {
+        return floor::serve(bind).await;
+    }
+    anyhow::ensure!(
+        cli.concurrency > 0 && cli.slices > 0,
+        "--concurrency and --slices must be at least 1"
+    );
+    if cfg!(debug_assertions) {
+        eprintln!("warning: this is a debug build; measure with --release");
+    }
+    let bins = Binaries::locate()?;
+    let state_keys = StateSealer::generate_spec("bench");
+    if cli.memory {
+        return footprint::rss_check(&bins, &state_keys, cli.concurrency, cli.round_trips).await;
+    }
+    throughput(&cli, &bins, &state_keys).await
+}
+
+/// The table, then the Redis bytes per pending continuation.
+async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Result<()> {
+    let measured = Duration::from_secs_f64(cli.seconds.max(0.1));
+    let redis_url = match &cli.redis_url {
+        Some(url) => Some(url.clone()),
+        None => answers(DEFAULT_REDIS_URL)
+            .await
+            .then(|| DEFAULT_REDIS_URL.to_owned()),
+    };
+    let run = std::process::id();
+    let prefix = format!("moviedb-bench-{run}:");
+    let jwt_secret = random_hex();
+    let scratch = Scratch(std::env::temp_dir().join(format!("moviedb-bench-{run}")));
+    let c = cli.concurrency;
+
+    let floor = Server::start(bins, &Kind::Floor, state_keys).await?;
+    let mut targets = vec![Target::connect("floor", floor, Workload::Elicitation, c).await?];
+    if cli.scenario != Scenario::Watchlist {
+        let memory = Server::start(bins, &Kind::Memory, state_keys).await?;
+        targets.push(Target::connect("memory", memory, Workload::Elicitation, c).await?);
+        if let Some(url) = &redis_url {
+            let kind = Kind::Redis {
+                url,
+                prefix: &prefix,
+            };
+            let redis = Server::start(bins, &kind, state_keys).await?;
+            targets.push(Target::connect("redis", redis, Workload::Elicitation, c).await?);
+        }
+    }
+    if cli.scenario != Scenario::Mrtr {
+        let kind = Kind::Moviedb {
+            data_dir: &scratch.0.join("watchlist"),
+            jwt_secret: &jwt_secret,
+            redis: None,
+        };
+        let moviedb = Server::start(bins, &kind, state_keys).await?;
+        let users = Workload::Watchlist(Users::new(&jwt_secret).into());
+        targets.push(Target::connect("watchlist", moviedb, users, c).await?);
+    }
+
+    println!(
+        "MRTR round trips (tools/call -> input_required -> retry -> complete), {c} concurrent \
+         keep-alive clients, {:.1} s per server in {} alternating slices, {} cores\n",
+        measured.as_secs_f64(),
+        cli.slices,
+        std::thread::available_parallelism().map_or(0, usize::from)
+    );
+    for target in &mut targets {
+        let warm_up = Until::Deadline(Instant::now() + measured / 5);
+        target.run(&warm_up, Round::Full, false).await?;
+    }
+    for _ in 0..cli.slices {
+        for target in &mut targets {
+            let slice = Until::Deadline(Instant::now() + measured / cli.slices);
+            target.run(&slice, Round::Full, true).await?;
+        }
+    }
+    let rows: Vec<(&str, load::Figures)> = targets
+        .iter()
+        .map(|target| (target.name, target.tally.figures()))
+        .collect();
+    report::table(&rows);
+    if cli.scenario != Scenario::Watchlist && redis_url.is_none() {
+        println!("redis      (skipped: set REDIS_URL or start Redis on {DEFAULT_REDIS_URL})");
+    }
+    println!();
+    report::goals(&rows);
+    for target in targets {
+        target.server.stop().await;
+    }
+
+    if let Some(url) = &redis_url {
+        let kind = Kind::Moviedb {
+            data_dir: &scratch.0.join("pending"),
+            jwt_secret: &jwt_secret,
+            redis: Some((url, &prefix)),
+        };
+        let server = Server::start(bins, &kind, state_keys).await?;
+        let users = Workload::Watchlist(Users::new(&jwt_secret).into());
+        let mut target = Target::connect("pending", server, users, c).await?;
+        let size = footprint::pending_size(&mut target, url, &prefix, cli.pending).await?;
+        target.server.stop().await;
+        println!(
+            "\nRedis per pending addToWatchlist continuation ({} parked first rounds): MEMORY USAGE \
+             {:.1} bytes per key (key {} bytes, payload {:.1} bytes)",
+            size.keys, size.memory_usage, size.key_length, size.payload_length
+        );
+    }
+    Ok(())
+}
+
+/// A folder for this run's databases, removed at the end.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn random_hex() -> String {
+    let mut bytes = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn answers(url: &str) -> bool {
+    let Ok(client) = redis::Client::open(url) else {
+        return false;
+    };
+    let ping = async {
+        let mut connection = client.get_multiplexed_async_connection().await?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut connection)
+            .await
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), ping).await,
+        Ok(Ok(_))
+    )
+}

@@ -1,0 +1,222 @@
+//! The servers under test, each in its own process so that its CPU time can be read on its own
+//! (utime + stime from `/proc/<pid>/stat`) and the load generator's does not count: the floor (this
+//! binary again, in its hidden `--serve-floor` mode), the conformance example on the memory or the
+//! Redis store, and `moviedb-mcp` on its embedded SQLite database.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::process::{Child, Command};
+
+/// How long a server may take to accept connections (moviedb-mcp migrates and seeds first).
+const STARTUP_LIMIT: Duration = Duration::from_secs(60);
+/// How long a server may take to stop after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Ports tried per server (another process may take a free port before the server binds it).
+const PORT_ATTEMPTS: usize = 3;
+/// Clock ticks per second of `/proc/<pid>/stat` (USER_HZ, 100 on every mainstream Linux).
+pub const TICKS_PER_SECOND: f64 = 100.0;
+
+/// The binaries of this build: this one, the conformance example and `moviedb-mcp`.
+pub struct Binaries {
+    this: PathBuf,
+    conformance: PathBuf,
+    moviedb: PathBuf,
+}
+
+impl Binaries {
+    /// Finds them next to this binary (`target/<profile>/examples/`, the server binary one level up).
+    pub fn locate() -> anyhow::Result<Self> {
+        let this = std::env::current_exe().context("cannot find this binary")?;
+        let examples = this.parent().context("this binary has no folder")?;
+        let profile = examples.parent().context("this binary is not in target/")?;
+        Ok(Self {
+            conformance: examples.join("conformance_server"),
+            moviedb: profile.join("moviedb-mcp"),
+            this,
+        })
+    }
+}
+
+fn built(path: &Path) -> anyhow::Result<&Path> {
+    anyhow::ensure!(
+        path.exists(),
+        "{} is not built: run `cargo build --release --bins --examples` first",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// What to start.
+pub enum Kind<'a> {
+    /// Fixed bytes, no MCP logic.
+    Floor,
+    /// The conformance example on the in-memory continuation store.
+    Memory,
+    /// The conformance example on the Redis store, its keys under `prefix`.
+    Redis { url: &'a str, prefix: &'a str },
+    /// `moviedb-mcp` on an embedded SQLite database in `data_dir`, checking tokens signed with
+    /// `jwt_secret`, its continuations in memory or in Redis at `(url, prefix)`.
+    Moviedb {
+        data_dir: &'a Path,
+        jwt_secret: &'a str,
+        redis: Option<(&'a str, &'a str)>,
+    },
+}
+
+/// A running server process.
+pub struct Server {
+    pub addr: SocketAddr,
+    pid: u32,
+    child: Child,
+}
+
+impl Server {
+    /// Starts `kind` on a free port of 127.0.0.1 with the sealing keys `state_keys`, its own
+    /// defaults otherwise (the `MOVIEDB_*`, `REDIS_URL` and `DATABASE_URL` of this environment are
+    /// not passed on), and waits until it accepts connections.
+    pub async fn start(bins: &Binaries, kind: &Kind<'_>, state_keys: &str) -> anyhow::Result<Self> {
+        let mut failure = anyhow::anyhow!("never started");
+        for _ in 0..PORT_ATTEMPTS {
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+            let mut command = match kind {
+                Kind::Floor => {
+                    let mut command = Command::new(&bins.this);
+                    command.arg("--serve-floor").arg(addr.to_string());
+                    command
+                }
+                Kind::Memory | Kind::Redis { .. } => {
+                    let mut command = Command::new(built(&bins.conformance)?);
+                    command.arg("--bind").arg(addr.to_string());
+                    command
+                }
+                Kind::Moviedb { .. } => {
+                    let mut command = Command::new(built(&bins.moviedb)?);
+                    command.arg("--bind").arg(addr.to_string());
+                    command
+                }
+            };
+            for (name, _) in std::env::vars_os() {
+                let name_text = name.to_string_lossy();
+                if name_text.starts_with("MOVIEDB_")
+                    || name_text == "REDIS_URL"
+                    || name_text == "DATABASE_URL"
+                {
+                    command.env_remove(&name);
+                }
+            }
+            command
+                .env("RUST_LOG", "warn")
+                .env("MOVIEDB_STATE_KEYS", state_keys);
+            let redis = match kind {
+                Kind::Redis { url, prefix } => Some((url, prefix)),
+                Kind::Moviedb {
+                    data_dir,
+                    jwt_secret,
+                    redis,
+                } => {
+                    command.arg("--data-dir").arg(data_dir);
+                    command.env("MOVIEDB_JWT_SECRET", jwt_secret);
+                    redis.as_ref().map(|(url, prefix)| (url, prefix))
+                }
+                Kind::Floor | Kind::Memory => None,
+            };
+            if let Some((url, prefix)) = redis {
+                command.arg("--redis-url").arg(url);
+                command.arg("--redis-prefix").arg(prefix);
+            }
+            let mut child = command
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .kill_on_drop(true)
+                .spawn()
+                .context("cannot start a server")?;
+            let pid = child.id().context("the server exited at once")?;
+            match wait_until_listening(&mut child, addr).await {
+                Ok(()) => return Ok(Self { addr, pid, child }),
+                Err(e) => {
+                    let _ = child.kill().await;
+                    failure = e;
+                }
+            }
+        }
+        Err(failure)
+    }
+
+    /// CPU time the process has used so far (user + system, every thread), in clock ticks.
+    pub fn cpu_ticks(&self) -> anyhow::Result<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .context("cannot read the server's /proc/<pid>/stat")?;
+        // The fields after the command name (which may hold spaces) start with the state (field 3);
+        // utime and stime are fields 14 and 15.
+        let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let field = |index: usize| -> anyhow::Result<u64> {
+            fields
+                .get(index)
+                .and_then(|f| f.parse().ok())
+                .context("unexpected /proc/<pid>/stat format")
+        };
+        Ok(field(11)? + field(12)?)
+    }
+
+    /// Resident set size, in bytes.
+    pub fn rss_bytes(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .context("cannot read the server's /proc/<pid>/status")?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .map(|kib| kib * 1024)
+            .context("no VmRSS in /proc/<pid>/status")
+    }
+
+    /// SIGTERM, then SIGKILL if it is still there after a grace period.
+    pub async fn stop(mut self) {
+        let asked = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid.to_string())
+            .status()
+            .await
+            .is_ok_and(|status| status.success());
+        if asked
+            && tokio::time::timeout(STOP_GRACE, self.child.wait())
+                .await
+                .is_ok()
+        {
+            return;
+        }
+        let _ = self.child.kill().await;
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let listener =
+        std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("cannot find a free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+async fn wait_until_listening(child: &mut Child, addr: SocketAddr) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + STARTUP_LIMIT;
+    while tokio::time::Instant::now() < deadline {
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!("the server exited ({status}) before listening on {addr}");
+        }
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::bail!("the server did not listen on {addr} within {STARTUP_LIMIT:?}")
+}
