@@ -448,6 +448,41 @@ mod movies {
             structured(&summarized)["themes"],
             json!(["relay", "replicas"])
         );
+
+        // Refusals travel the same way and lead to the fallbacks.
+        let mut declined = on_first
+            .start_call("addToWatchlist", json!({"subject": {"movieId": 7}}))
+            .await;
+        let request = declined.next_server_request().await;
+        assert_eq!(
+            on_second
+                .answer(&request["id"], json!({"action": "decline"}))
+                .await,
+            202
+        );
+        assert_eq!(
+            structured(&declined.response().await)["status"],
+            "WANT_TO_WATCH"
+        );
+
+        let mut refused = on_first
+            .start_call("summarizeMovieReviews", json!({"movieId": 6}))
+            .await;
+        let request = refused.next_server_request().await;
+        assert_eq!(
+            on_second
+                .refuse(&request["id"], -1, "User rejected sampling")
+                .await,
+            202
+        );
+        let fallback = refused.response().await;
+        assert!(
+            structured(&fallback)["summary"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("Reviewers are largely favourable"),
+            "{fallback}"
+        );
     }
 
     #[tokio::test]
