@@ -41,12 +41,36 @@ impl Binaries {
     }
 }
 
+/// The server binary at `path`, which must exist; a warning when the library was built after it
+/// (`cargo run --example bench_mrtr` rebuilds the library but not the servers).
 fn built(path: &Path) -> anyhow::Result<&Path> {
-    anyhow::ensure!(
-        path.exists(),
-        "{} is not built: run `cargo build --release --bins --examples` first",
-        path.display()
-    );
+    let modified = |path: &Path| path.metadata().and_then(|m| m.modified()).ok();
+    let Some(server) = modified(path) else {
+        anyhow::bail!(
+            "{} is not built: run `cargo build --release --bins --examples` first",
+            path.display()
+        );
+    };
+    let deps = path.ancestors().find(|dir| dir.join("deps").is_dir());
+    let newest_library = deps
+        .and_then(|dir| std::fs::read_dir(dir.join("deps")).ok())
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("libmoviedb_mcp-") && name.ends_with(".rlib")
+        })
+        .filter_map(|entry| modified(&entry.path()))
+        .max();
+    if newest_library.is_some_and(|library| library > server) {
+        eprintln!(
+            "warning: {} is older than the last build of the library; if the library changed since, \
+             run `cargo build --release --bins --examples`",
+            path.display()
+        );
+    }
     Ok(path)
 }
 

@@ -94,7 +94,7 @@ impl Answers {
 /// What the engine carries from round to round for one call.
 #[derive(Debug, Default)]
 pub(crate) struct RoundState {
-    /// Answers the client may give in this run, by key (earlier rounds' and this retry's).
+    /// Answers not read yet in this run, by key (earlier rounds' and this retry's).
     pub available: Map<String, Value>,
     /// Answers the handler has read in this run; they go into the next continuation.
     pub used: Map<String, Value>,
@@ -265,9 +265,16 @@ impl RequestContext {
                 }
                 continue;
             }
-            let Some(raw) = round.available.get(&key).cloned() else {
-                missing.push((key, request));
-                continue;
+            // A read answer moves from `available` to `used`; asking for it again reads it there.
+            let raw = match round.available.remove(&key) {
+                Some(raw) => raw,
+                None => match round.used.get(&key) {
+                    Some(raw) => raw.clone(),
+                    None => {
+                        missing.push((key, request));
+                        continue;
+                    }
+                },
             };
             match request {
                 InputRequest::Elicit(_) => {

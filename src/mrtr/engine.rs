@@ -35,8 +35,8 @@ pub struct Call<'a> {
     pub arguments: &'a Value,
     /// The request params, where `inputResponses` and `requestState` live.
     pub params: &'a Map<String, Value>,
-    pub principal: &'a Principal,
-    pub meta: &'a RequestMeta,
+    pub principal: Principal,
+    pub meta: RequestMeta,
     pub notifier: Option<Notifier>,
     /// Set under a legacy session: questions are asked live instead of in rounds.
     #[cfg(feature = "legacy")]
@@ -114,31 +114,28 @@ impl Engine {
     {
         #[cfg(feature = "legacy")]
         if let Some(peer) = call.legacy {
-            let context = RequestContext::legacy(
-                call.principal.clone(),
-                call.meta.clone(),
-                call.notifier,
-                peer,
-            );
+            let context = RequestContext::legacy(call.principal, call.meta, call.notifier, peer);
             return match handler(context).await {
                 Ok(result) => Ok(Outcome::Complete(result)),
                 Err(error) => Err(protocol_error(call.method, call.name, error)),
             };
         }
-        let responses = parse_input_responses(call.params)?;
-        let digest = request_digest(call.method, call.name, call.arguments);
-        let principal = call.principal.id();
+        let mut responses = parse_input_responses(call.params)?;
+        // The digest is needed only to open a state or to seal one: not for calls that never ask.
+        let mut digest = None;
         let mut round = RoundState::default();
         match call.params.get("requestState") {
             None => round.available = responses,
             Some(Value::String(state)) => {
-                let parked = self.resume(state, &principal, &digest).await?;
+                let request = request_digest(call.method, call.name, call.arguments);
+                let parked = self.resume(state, &call.principal.id(), &request).await?;
+                digest = Some(request);
                 round.available = parked.answers;
                 round.memo = parked.memo;
                 // Only answers to the questions of the last round count; the rest is ignored.
                 for key in parked.asked {
-                    if let Some(answer) = responses.get(&key) {
-                        round.available.insert(key, answer.clone());
+                    if let Some(answer) = responses.remove(&key) {
+                        round.available.insert(key, answer);
                     }
                 }
             }
@@ -149,17 +146,14 @@ impl Engine {
             }
         }
 
-        let context = RequestContext::new(
-            call.principal.clone(),
-            call.meta.clone(),
-            call.notifier,
-            round,
-        );
+        let context = RequestContext::new(call.principal, call.meta, call.notifier, round);
         match handler(context.clone()).await {
             Ok(result) => Ok(Outcome::Complete(result)),
             Err(HandlerError::InputRequired(_)) => {
                 let round = context.take_round();
-                self.park(round, principal, digest)
+                let digest = digest
+                    .unwrap_or_else(|| request_digest(call.method, call.name, call.arguments));
+                self.park(round, context.principal().id(), digest)
                     .await
                     .map(Outcome::InputRequired)
             }
@@ -278,16 +272,16 @@ pub fn request_digest(method: &str, name: &str, arguments: &Value) -> [u8; 32] {
 fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_unstable_by_key(|(key, _)| *key);
             out.push(b'{');
-            for (i, key) in keys.into_iter().enumerate() {
+            for (i, (key, member)) in members.into_iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                write_canonical(&Value::String(key.clone()), out);
+                write_json(key, out);
                 out.push(b':');
-                write_canonical(&map[key], out);
+                write_canonical(member, out);
             }
             out.push(b'}');
         }
@@ -301,14 +295,34 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
             }
             out.push(b']');
         }
-        scalar => out.extend_from_slice(scalar.to_string().as_bytes()),
+        scalar => write_json(scalar, out),
     }
+}
+
+/// Compact JSON, as `Value`'s `Display` writes it.
+fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
+    // Writing strings and scalars into a Vec cannot fail.
+    let _ = serde_json::to_writer(out, value);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_canonical_form_is_stable() {
+        // States sealed by one version must open on the next: these bytes must never change.
+        let mut out = Vec::new();
+        write_canonical(
+            &json!({"b": "x\"y\u{e9}\n", "a": [1, -2.5, null, true, {"d": {}, "c": []}]}),
+            &mut out,
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"a\":[1,-2.5,null,true,{\"c\":[],\"d\":{}}],\"b\":\"x\\\"y\u{e9}\\n\"}"
+        );
+    }
 
     #[test]
     fn the_digest_ignores_key_order_but_not_values() {

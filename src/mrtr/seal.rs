@@ -4,7 +4,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use rand::RngCore;
 
@@ -12,6 +12,7 @@ use crate::store::ContinuationId;
 
 const FORMAT_VERSION: u8 = 1;
 const NONCE_LEN: usize = 24;
+const TAG_LEN: usize = 16;
 const KEY_LEN: usize = 32;
 /// expiry (8) + continuation id (16) + request digest (32), then the principal.
 const FIXED_CLAIMS_LEN: usize = 8 + 16 + 32;
@@ -100,58 +101,54 @@ impl StateSealer {
 
     pub fn seal(&self, claims: &StateClaims) -> String {
         let (key_id, cipher) = &self.keys[0];
-        let mut plaintext = Vec::with_capacity(FIXED_CLAIMS_LEN + claims.principal.len());
-        plaintext.extend_from_slice(&claims.expires_at.to_be_bytes());
-        plaintext.extend_from_slice(claims.continuation.as_bytes());
-        plaintext.extend_from_slice(&claims.request_digest);
-        plaintext.extend_from_slice(claims.principal.as_bytes());
-
-        let header = header(key_id);
+        // One buffer: the header (authenticated, in clear), the nonce, the claims encrypted in
+        // place, then the tag.
+        let header_len = 2 + key_id.len();
+        let mut out = Vec::with_capacity(
+            header_len + NONCE_LEN + FIXED_CLAIMS_LEN + claims.principal.len() + TAG_LEN,
+        );
+        out.push(FORMAT_VERSION);
+        out.push(key_id.len() as u8);
+        out.extend_from_slice(key_id.as_bytes());
         let mut nonce = [0u8; NONCE_LEN];
         rand::thread_rng().fill_bytes(&mut nonce);
-        let sealed = cipher
-            .encrypt(
-                &XNonce::from(nonce),
-                Payload {
-                    msg: &plaintext,
-                    aad: &header,
-                },
-            )
-            .unwrap_or_else(|_| unreachable!("encryption of an in-memory buffer cannot fail"));
-
-        let mut out = header;
         out.extend_from_slice(&nonce);
-        out.extend_from_slice(&sealed);
+        out.extend_from_slice(&claims.expires_at.to_be_bytes());
+        out.extend_from_slice(claims.continuation.as_bytes());
+        out.extend_from_slice(&claims.request_digest);
+        out.extend_from_slice(claims.principal.as_bytes());
+        let (header, rest) = out.split_at_mut(header_len);
+        let tag = cipher
+            .encrypt_in_place_detached(&XNonce::from(nonce), header, &mut rest[NONCE_LEN..])
+            .unwrap_or_else(|_| unreachable!("encryption of an in-memory buffer cannot fail"));
+        out.extend_from_slice(&tag);
         URL_SAFE_NO_PAD.encode(out)
     }
 
     pub fn open(&self, state: &str) -> Result<StateClaims, SealError> {
-        let raw = URL_SAFE_NO_PAD
+        let mut raw = URL_SAFE_NO_PAD
             .decode(state)
             .map_err(|_| SealError::Tampered)?;
         let (&version, rest) = raw.split_first().ok_or(SealError::Tampered)?;
         let (&id_len, rest) = rest.split_first().ok_or(SealError::Tampered)?;
-        if version != FORMAT_VERSION || rest.len() < id_len as usize + NONCE_LEN {
+        let header_len = 2 + id_len as usize;
+        if version != FORMAT_VERSION || rest.len() < id_len as usize + NONCE_LEN + TAG_LEN {
             return Err(SealError::Tampered);
         }
-        let (key_id, rest) = rest.split_at(id_len as usize);
-        let key_id = std::str::from_utf8(key_id).map_err(|_| SealError::Tampered)?;
-        let (nonce, sealed) = rest.split_at(NONCE_LEN);
+        let (header, rest) = raw.split_at_mut(header_len);
+        let key_id = std::str::from_utf8(&header[2..]).map_err(|_| SealError::Tampered)?;
+        let (nonce, sealed) = rest.split_at_mut(NONCE_LEN);
+        let (plaintext, tag) = sealed.split_at_mut(sealed.len() - TAG_LEN);
         let cipher = self
             .keys
             .iter()
             .find(|(id, _)| id == key_id)
             .map(|(_, cipher)| cipher)
             .ok_or_else(|| SealError::UnknownKey(key_id.to_owned()))?;
-        let nonce: [u8; NONCE_LEN] = nonce.try_into().map_err(|_| SealError::Tampered)?;
-        let plaintext = cipher
-            .decrypt(
-                &XNonce::from(nonce),
-                Payload {
-                    msg: sealed,
-                    aad: &header(key_id),
-                },
-            )
+        let nonce: [u8; NONCE_LEN] = (&*nonce).try_into().map_err(|_| SealError::Tampered)?;
+        let tag: [u8; TAG_LEN] = (&*tag).try_into().map_err(|_| SealError::Tampered)?;
+        cipher
+            .decrypt_in_place_detached(&XNonce::from(nonce), header, plaintext, &tag.into())
             .map_err(|_| SealError::Tampered)?;
         if plaintext.len() < FIXED_CLAIMS_LEN {
             return Err(SealError::Tampered);
@@ -161,19 +158,13 @@ impl StateSealer {
         let (digest, principal) = rest.split_at(32);
         Ok(StateClaims {
             continuation: ContinuationId::from_slice(continuation).ok_or(SealError::Tampered)?,
-            principal: String::from_utf8(principal.to_vec()).map_err(|_| SealError::Tampered)?,
+            principal: std::str::from_utf8(principal)
+                .map_err(|_| SealError::Tampered)?
+                .to_owned(),
             request_digest: digest.try_into().map_err(|_| SealError::Tampered)?,
             expires_at: u64::from_be_bytes(expiry.try_into().map_err(|_| SealError::Tampered)?),
         })
     }
-}
-
-fn header(key_id: &str) -> Vec<u8> {
-    let mut header = Vec::with_capacity(2 + key_id.len() + NONCE_LEN);
-    header.push(FORMAT_VERSION);
-    header.push(key_id.len() as u8);
-    header.extend_from_slice(key_id.as_bytes());
-    header
 }
 
 #[cfg(test)]

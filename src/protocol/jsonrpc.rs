@@ -1,7 +1,8 @@
 //! The JSON-RPC 2.0 envelope: parsing one incoming message and writing responses and notifications
 //! as compact one-line JSON.
 
-use serde::Serialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::error::ProtocolError;
@@ -58,20 +59,22 @@ impl Incoming {
     /// Parses a request body. The error carries the id when one could be read, so the reply can
     /// echo it.
     pub fn parse(body: &[u8]) -> Result<Self, (Option<RequestId>, ProtocolError)> {
-        let value: Value =
-            serde_json::from_slice(body).map_err(|e| (None, ProtocolError::parse_error(e)))?;
-        let Value::Object(mut message) = value else {
-            let what = if value.is_array() {
-                "batches are not supported"
-            } else {
-                "not an object"
-            };
-            return Err((
-                None,
-                ProtocolError::invalid_request(format!("Invalid request: {what}")),
-            ));
+        let message = match serde_json::from_slice(body) {
+            Ok(Message::Object(members)) => members,
+            Ok(shape) => {
+                let what = if matches!(shape, Message::Array) {
+                    "batches are not supported"
+                } else {
+                    "not an object"
+                };
+                return Err((
+                    None,
+                    ProtocolError::invalid_request(format!("Invalid request: {what}")),
+                ));
+            }
+            Err(e) => return Err((None, ProtocolError::parse_error(e))),
         };
-        let id = match message.remove("id") {
+        let id = match message.id {
             None => None,
             Some(raw) => match RequestId::from_value(raw) {
                 Some(id) => Some(id),
@@ -91,12 +94,12 @@ impl Incoming {
                 ProtocolError::invalid_request(format!("Invalid request: {why}")),
             ))
         };
-        if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        if message.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
             return invalid(&id, "jsonrpc must be \"2.0\"");
         }
-        match message.remove("method") {
+        match message.method {
             Some(Value::String(method)) => {
-                let params = match message.remove("params") {
+                let params = match message.params {
                     None | Some(Value::Null) => Map::new(),
                     Some(Value::Object(params)) => params,
                     Some(_) => return invalid(&id, "params must be an object"),
@@ -111,7 +114,7 @@ impl Incoming {
                 let Some(id) = id else {
                     return invalid(&None, "a message needs a method or an id");
                 };
-                match (message.remove("result"), message.remove("error")) {
+                match (message.result, message.error) {
                     (Some(result), None) => Ok(Incoming::Response {
                         id,
                         outcome: Ok(result),
@@ -130,6 +133,107 @@ impl Incoming {
     }
 }
 
+/// A message body as parsed: an object's members (without building a map of the envelope), or
+/// another kind of JSON value.
+enum Message {
+    Object(Members),
+    Array,
+    Other,
+}
+
+/// The members of a JSON-RPC object; unknown members are checked and skipped, and a repeated
+/// member keeps its last value, as a JSON object read into a map would.
+#[derive(Default)]
+struct Members {
+    jsonrpc: Option<Value>,
+    id: Option<Value>,
+    method: Option<Value>,
+    params: Option<Value>,
+    result: Option<Value>,
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "lowercase")]
+enum Member {
+    Jsonrpc,
+    Id,
+    Method,
+    Params,
+    Result,
+    Error,
+    #[serde(other)]
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Message {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(MessageVisitor)
+    }
+}
+
+struct MessageVisitor;
+
+impl<'de> Visitor<'de> for MessageVisitor {
+    type Value = Message;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Message, A::Error> {
+        let mut members = Members::default();
+        while let Some(member) = map.next_key::<Member>()? {
+            let slot = match member {
+                Member::Jsonrpc => &mut members.jsonrpc,
+                Member::Id => &mut members.id,
+                Member::Method => &mut members.method,
+                Member::Params => &mut members.params,
+                Member::Result => &mut members.result,
+                Member::Error => &mut members.error,
+                Member::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = Some(map.next_value()?);
+        }
+        Ok(Message::Object(members))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Message, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Message::Array)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Message, E> {
+        Ok(Message::Other)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Message, E> {
+        Ok(Message::Other)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Message, E> {
+        Ok(Message::Other)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Message, E> {
+        Ok(Message::Other)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Message, E> {
+        Ok(Message::Other)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Message, E> {
+        Ok(Message::Other)
+    }
+}
+
+/// Bytes reserved for a response before writing it.
+const RESPONSE_CAPACITY: usize = 512;
+
 /// Writes a success response around an already-serializable result.
 pub fn success_bytes<T: Serialize + ?Sized>(id: &RequestId, result: &T) -> Vec<u8> {
     #[derive(Serialize)]
@@ -138,13 +242,20 @@ pub fn success_bytes<T: Serialize + ?Sized>(id: &RequestId, result: &T) -> Vec<u
         id: &'a RequestId,
         result: &'a T,
     }
-    // Serializing plain data into a Vec cannot fail.
-    serde_json::to_vec(&Success {
-        jsonrpc: "2.0",
-        id,
-        result,
-    })
-    .unwrap_or_default()
+    // Most results fit, so the buffer rarely grows; serializing plain data into it cannot fail.
+    let mut out = Vec::with_capacity(RESPONSE_CAPACITY);
+    let written = serde_json::to_writer(
+        &mut out,
+        &Success {
+            jsonrpc: "2.0",
+            id,
+            result,
+        },
+    );
+    if written.is_err() {
+        out.clear();
+    }
+    out
 }
 
 /// Writes an error response; `id` is absent only when the request's id could not be read.
@@ -172,4 +283,86 @@ pub fn notification_bytes(method: &str, params: &Value) -> Vec<u8> {
         params,
     })
     .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn refusal(body: &str) -> (Option<RequestId>, String) {
+        match Incoming::parse(body.as_bytes()) {
+            Ok(incoming) => panic!("accepted {body}: {incoming:?}"),
+            Err((id, e)) => (id, e.message),
+        }
+    }
+
+    #[test]
+    fn a_request_keeps_its_params_and_a_repeated_member_its_last_value() {
+        let body = r#"{"jsonrpc":"2.0","id":"a","x":[1,{"y":null}],"method":"ping","id":7,
+                       "params":{"_meta":{"k":1}}}"#;
+        let Ok(Incoming::Request { id, method, params }) = Incoming::parse(body.as_bytes()) else {
+            panic!("not a request");
+        };
+        assert_eq!(id.as_value(), &json!(7));
+        assert_eq!(method, "ping");
+        assert_eq!(Value::Object(params), json!({"_meta": {"k": 1}}));
+        assert!(matches!(
+            Incoming::parse(br#"{"jsonrpc":"2.0","method":"n","params":null}"#),
+            Ok(Incoming::Notification { params, .. }) if params.is_empty()
+        ));
+        assert!(matches!(
+            Incoming::parse(br#"{"jsonrpc":"2.0","id":1,"error":{"code":-1}}"#),
+            Ok(Incoming::Response {
+                outcome: Err(_),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn malformed_messages_are_refused_as_before() {
+        assert!(refusal("[1,2]").1.contains("batches are not supported"));
+        assert!(refusal("\"x\"").1.contains("not an object"));
+        assert!(refusal("null").1.contains("not an object"));
+        assert!(refusal("[1,").1.starts_with("Parse error"));
+        assert!(
+            refusal(r#"{"jsonrpc":"2.0","id":1} x"#)
+                .1
+                .starts_with("Parse error")
+        );
+        assert!(
+            refusal(r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#)
+                .1
+                .contains("id must be")
+        );
+        assert!(
+            refusal(r#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#)
+                .1
+                .contains("id must be")
+        );
+        let (id, message) = refusal(r#"{"jsonrpc":"1.0","id":3,"method":"m"}"#);
+        assert_eq!(id.map(|id| id.to_string()), Some("3".into()));
+        assert!(message.contains("jsonrpc must be"));
+        assert!(
+            refusal(r#"{"jsonrpc":"2.0","id":1,"method":2}"#)
+                .1
+                .contains("method must be")
+        );
+        assert!(
+            refusal(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":[]}"#)
+                .1
+                .contains("params must be")
+        );
+        assert!(
+            refusal(r#"{"jsonrpc":"2.0","params":{}}"#)
+                .1
+                .contains("needs a method or an id")
+        );
+        assert!(
+            refusal(r#"{"jsonrpc":"2.0","id":1,"result":1,"error":{}}"#)
+                .1
+                .contains("exactly one")
+        );
+    }
 }

@@ -7,8 +7,8 @@ pub const MODERN: &str = "2026-07-28";
 pub const LEGACY_REVISIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 /// Every revision a request may name and be served with, newest first.
-pub fn supported() -> Vec<&'static str> {
-    vec![MODERN]
+pub fn supported() -> &'static [&'static str] {
+    &[MODERN]
 }
 
 /// Whether `version` names a revision of the initialize-handshake era.

@@ -56,7 +56,7 @@ impl Tool {
                     }),
                 }
             };
-        Self::with_raw_schema(name, description, schema_of::<A>(), erased)
+        Self::with_handler(name, description, schema_of::<A>(), Arc::new(erased))
     }
 
     /// A tool with a hand-written input schema and raw JSON arguments.
@@ -70,6 +70,16 @@ impl Tool {
         F: Fn(RequestContext, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<CallToolResult, HandlerError>> + Send + 'static,
     {
+        let boxed = move |ctx, args| -> BoxFuture<_> { Box::pin(handler(ctx, args)) };
+        Self::with_handler(name, description, input_schema, Arc::new(boxed))
+    }
+
+    fn with_handler(
+        name: &str,
+        description: &str,
+        input_schema: Value,
+        handler: Arc<ToolHandler>,
+    ) -> Self {
         let header_params = header_params(&input_schema);
         Self {
             name: name.to_owned(),
@@ -80,7 +90,7 @@ impl Tool {
             annotations: None,
             hidden: false,
             header_params,
-            handler: Arc::new(move |ctx, args| Box::pin(handler(ctx, args))),
+            handler,
         }
     }
 

@@ -3,16 +3,18 @@
 //! errors and knows nothing about HTTP.
 
 pub mod events;
+mod reply;
 
 use std::sync::Arc;
 
-use serde::{Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
 pub use events::{Events, ServerEvent, Subscription};
+pub use reply::{Handled, Reply};
+use reply::{decorate, finish};
 
 use crate::auth::Principal;
-use crate::mrtr::{Call, Engine, InputRequired, Notifier, Outcome};
+use crate::mrtr::{Call, Engine, Notifier};
 use crate::protocol::version::{self, META_SERVER_INFO};
 use crate::protocol::{ProtocolError, RequestMeta};
 use crate::registry::Registry;
@@ -59,21 +61,6 @@ pub enum Era {
     /// 2025-11-25 under a session: plain results, questions sent to the client and awaited.
     #[cfg(feature = "legacy")]
     Legacy(crate::mrtr::LegacyPeer),
-}
-
-/// A successful answer to a request.
-pub enum Reply {
-    Complete(Value),
-    InputRequired(InputRequired),
-}
-
-impl Serialize for Reply {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Self::Complete(value) => value.serialize(serializer),
-            Self::InputRequired(input) => input.serialize(serializer),
-        }
-    }
 }
 
 /// Methods of the 2026-07-28 wire this server implements.
@@ -268,12 +255,13 @@ impl Server {
             .registry
             .tool(name)
             .ok_or_else(|| ProtocolError::invalid_params(format!("Unknown tool: {name}")))?;
+        let no_arguments = Value::Object(Map::new());
         let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(args @ Value::Object(_)) => args.clone(),
+            None | Some(Value::Null) => &no_arguments,
+            Some(args @ Value::Object(_)) => args,
             Some(_) => return Err(ProtocolError::invalid_params("arguments must be an object")),
         };
-        let call = self.call("tools/call", name, &arguments, params, &env);
+        let call = engine_call("tools/call", name, arguments, params, env);
         let outcome = self
             .engine
             .run(call, |ctx| tool.call(ctx, arguments.clone()))
@@ -304,7 +292,7 @@ impl Server {
             )));
         }
         let bound = Value::Object(arguments.clone());
-        let call = self.call("prompts/get", name, &bound, params, &env);
+        let call = engine_call("prompts/get", name, &bound, params, env);
         let outcome = self
             .engine
             .run(call, |ctx| prompt.get(ctx, arguments))
@@ -318,7 +306,7 @@ impl Server {
         env: RequestEnv,
     ) -> Result<Reply, ProtocolError> {
         let uri = required_str(params, "uri")?;
-        let call = self.call("resources/read", uri, &Value::Null, params, &env);
+        let call = engine_call("resources/read", uri, &Value::Null, params, env);
         let outcome = if let Some(resource) = self.registry.resource(uri) {
             self.engine.run(call, |ctx| resource.read(ctx)).await?
         } else if let Some((template, vars)) = self.registry.template_for(uri) {
@@ -331,10 +319,7 @@ impl Server {
                     .with_data(json!({ "uri": uri })),
             );
         };
-        Ok(match outcome {
-            Outcome::Complete(result) => Reply::Complete(to_value(&result)),
-            Outcome::InputRequired(input) => Reply::InputRequired(input),
-        })
+        Ok(finish(outcome))
     }
 
     fn complete(&self, params: &Map<String, Value>) -> Result<Value, ProtocolError> {
@@ -370,29 +355,29 @@ impl Server {
         let shown: Vec<String> = values.into_iter().take(100).collect();
         Ok(json!({ "completion": { "values": shown, "total": total, "hasMore": total > 100 } }))
     }
+}
 
-    fn call<'a>(
-        &self,
-        method: &'a str,
-        name: &'a str,
-        arguments: &'a Value,
-        params: &'a Map<String, Value>,
-        env: &'a RequestEnv,
-    ) -> Call<'a> {
-        Call {
-            method,
-            name,
-            arguments,
-            params,
-            principal: &env.principal,
-            meta: &env.meta,
-            notifier: env.notifier.clone(),
-            #[cfg(feature = "legacy")]
-            legacy: match &env.era {
-                Era::Legacy(peer) => Some(peer.clone()),
-                Era::Modern => None,
-            },
-        }
+/// The engine's view of a request; the request's caller, `_meta` and notifier move into it.
+fn engine_call<'a>(
+    method: &'a str,
+    name: &'a str,
+    arguments: &'a Value,
+    params: &'a Map<String, Value>,
+    env: RequestEnv,
+) -> Call<'a> {
+    Call {
+        method,
+        name,
+        arguments,
+        params,
+        principal: env.principal,
+        meta: env.meta,
+        notifier: env.notifier,
+        #[cfg(feature = "legacy")]
+        legacy: match env.era {
+            Era::Legacy(peer) => Some(peer),
+            Era::Modern => None,
+        },
     }
 }
 
@@ -404,35 +389,4 @@ fn required_str<'a>(params: &'a Map<String, Value>, key: &str) -> Result<&'a str
         ))),
         None => Err(ProtocolError::invalid_params(format!("Missing {key}"))),
     }
-}
-
-fn to_value<T: Serialize>(result: &T) -> Value {
-    serde_json::to_value(result).unwrap_or_else(|_| json!({}))
-}
-
-fn finish<T: Serialize>(outcome: Outcome<T>) -> Reply {
-    match outcome {
-        Outcome::Complete(result) => Reply::Complete(to_value(&result)),
-        Outcome::InputRequired(input) => Reply::InputRequired(input),
-    }
-}
-
-/// On the modern wire, marks a complete result `complete` and adds caching hints where the method
-/// is cacheable; legacy results go out as they are.
-fn decorate(reply: Reply, modern: bool, cache: Option<(u64, &str)>) -> Reply {
-    match reply {
-        Reply::Complete(result) if modern => Reply::Complete(complete(result, cache)),
-        other => other,
-    }
-}
-
-fn complete(mut result: Value, cache: Option<(u64, &str)>) -> Value {
-    if let Some(object) = result.as_object_mut() {
-        object.insert("resultType".into(), json!("complete"));
-        if let Some((ttl_ms, scope)) = cache {
-            object.insert("ttlMs".into(), json!(ttl_ms));
-            object.insert("cacheScope".into(), json!(scope));
-        }
-    }
-    result
 }

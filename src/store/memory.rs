@@ -1,74 +1,43 @@
 //! The in-process continuation store: bounded and expiring, for a server running alone.
+//!
+//! Entries live in a few shards (hash maps behind their own mutex, so concurrent requests rarely
+//! wait for each other), each with its entries in the order they were written. Writing first drops
+//! what has expired from the front of that order, then the oldest entries while the shard is full:
+//! a new continuation is always kept, and the ones evicted are those a client has left unanswered
+//! the longest. Reads check the deadline themselves, so an expired entry is never handed out.
 
-use std::sync::Arc;
+use std::borrow::Borrow;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
 use super::{ContinuationId, ContinuationStore, StoreError};
 
-#[derive(Clone)]
-struct Parked {
-    payload: Arc<[u8]>,
-    ttl: Duration,
-    /// moka expires lazily and `remove` hands back an expired entry; this is the deadline `take`
-    /// and `read_record` enforce themselves.
-    expires_at: Instant,
-}
+/// Most shards per table (fewer when the capacity is smaller).
+const SHARDS: usize = 16;
+/// Positions in a shard's write order that may refer to entries already gone before the order is
+/// compacted (taken continuations leave theirs behind).
+const STALE_SLACK: usize = 64;
 
-impl Parked {
-    fn new(payload: Vec<u8>, ttl: Duration) -> Self {
-        Self {
-            payload: payload.into(),
-            ttl,
-            expires_at: Instant::now() + ttl,
-        }
-    }
-
-    fn live(self) -> Option<Vec<u8>> {
-        (Instant::now() < self.expires_at).then(|| self.payload.to_vec())
-    }
-}
-
-struct PerEntryTtl;
-
-impl<K> moka::Expiry<K, Parked> for PerEntryTtl {
-    fn expire_after_create(&self, _: &K, parked: &Parked, _: Instant) -> Option<Duration> {
-        Some(parked.ttl)
-    }
-
-    /// A rewritten record starts its time-to-live afresh.
-    fn expire_after_update(
-        &self,
-        _: &K,
-        parked: &Parked,
-        _: Instant,
-        _: Option<Duration>,
-    ) -> Option<Duration> {
-        Some(parked.ttl)
-    }
-}
-
-/// A bounded, expiring store inside this process. When full, the least useful entries are evicted
-/// first; an evicted continuation is reported like an expired one.
+/// A bounded, expiring store inside this process. When a shard is full its oldest entry is evicted;
+/// an evicted continuation is reported like an expired one.
 pub struct MemoryStore {
-    parked: moka::sync::Cache<ContinuationId, Parked>,
+    parked: Table<ContinuationId>,
     #[cfg(feature = "legacy")]
-    records: moka::sync::Cache<String, Parked>,
+    records: Table<String>,
 }
 
 impl MemoryStore {
+    /// A store holding at most `capacity` continuations (and, apart, `capacity` records).
     pub fn new(capacity: u64) -> Self {
+        let capacity = usize::try_from(capacity).unwrap_or(usize::MAX).max(1);
         Self {
-            parked: moka::sync::Cache::builder()
-                .max_capacity(capacity)
-                .expire_after(PerEntryTtl)
-                .build(),
+            parked: Table::new(capacity),
             #[cfg(feature = "legacy")]
-            records: moka::sync::Cache::builder()
-                .max_capacity(capacity)
-                .expire_after(PerEntryTtl)
-                .build(),
+            records: Table::new(capacity),
         }
     }
 }
@@ -81,14 +50,15 @@ impl ContinuationStore for MemoryStore {
         payload: Vec<u8>,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.parked.insert(id, Parked::new(payload, ttl));
+        self.parked.insert(id, payload, ttl);
         Ok(())
     }
 
     async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.parked.remove(&id).and_then(Parked::live))
+        Ok(self.parked.take(&id))
     }
 
+    /// A rewritten record starts its time-to-live afresh.
     #[cfg(feature = "legacy")]
     async fn write_record(
         &self,
@@ -96,19 +66,131 @@ impl ContinuationStore for MemoryStore {
         value: Vec<u8>,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.records.insert(key.to_owned(), Parked::new(value, ttl));
+        self.records.insert(key.to_owned(), value, ttl);
         Ok(())
     }
 
     #[cfg(feature = "legacy")]
     async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.records.get(key).and_then(Parked::live))
+        Ok(self.records.get(key))
     }
 
     #[cfg(feature = "legacy")]
     async fn delete_record(&self, key: &str) -> Result<(), StoreError> {
-        self.records.invalidate(key);
+        self.records.take(key);
         Ok(())
+    }
+}
+
+/// Entries by key, in shards.
+struct Table<K> {
+    shards: Box<[Mutex<Shard<K>>]>,
+    hasher: RandomState,
+}
+
+struct Shard<K> {
+    entries: HashMap<K, Entry>,
+    /// Keys in the order they were written, with the deadline each was written with; a position
+    /// whose deadline no longer matches its entry's is stale and skipped.
+    order: VecDeque<(Instant, K)>,
+    capacity: usize,
+}
+
+struct Entry {
+    payload: Vec<u8>,
+    expires_at: Instant,
+}
+
+impl<K: Hash + Eq + Clone> Table<K> {
+    /// Shards whose capacities add up to exactly `capacity`.
+    fn new(capacity: usize) -> Self {
+        let count = capacity.min(SHARDS);
+        let shards = (0..count)
+            .map(|i| {
+                Mutex::new(Shard {
+                    entries: HashMap::new(),
+                    order: VecDeque::new(),
+                    capacity: capacity / count + usize::from(i < capacity % count),
+                })
+            })
+            .collect();
+        Self {
+            shards,
+            hasher: RandomState::new(),
+        }
+    }
+
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, Shard<K>> {
+        let index = (self.hasher.hash_one(key) % self.shards.len() as u64) as usize;
+        // A panic while holding the lock leaves plain data behind; keep using it.
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn insert(&self, key: K, payload: Vec<u8>, ttl: Duration) {
+        let now = Instant::now();
+        // A time-to-live beyond what the clock can represent is as good as a year.
+        let expires_at = now
+            .checked_add(ttl)
+            .unwrap_or(now + Duration::from_secs(365 * 86_400));
+        self.shard(&key).insert(
+            key,
+            Entry {
+                payload,
+                expires_at,
+            },
+            now,
+        );
+    }
+
+    /// Removes and returns a live entry.
+    fn take<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> Option<Vec<u8>>
+    where
+        K: Borrow<Q>,
+    {
+        let entry = self.shard(key).entries.remove(key)?;
+        (Instant::now() < entry.expires_at).then_some(entry.payload)
+    }
+
+    /// Returns a copy of a live entry.
+    #[cfg(feature = "legacy")]
+    fn get<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> Option<Vec<u8>>
+    where
+        K: Borrow<Q>,
+    {
+        let shard = self.shard(key);
+        let entry = shard.entries.get(key)?;
+        (Instant::now() < entry.expires_at).then(|| entry.payload.clone())
+    }
+}
+
+impl<K: Hash + Eq + Clone> Shard<K> {
+    fn insert(&mut self, key: K, entry: Entry, now: Instant) {
+        self.entries.remove(&key);
+        self.evict(now);
+        self.order.push_back((entry.expires_at, key.clone()));
+        self.entries.insert(key, entry);
+        if self.order.len() > 2 * self.entries.len() + STALE_SLACK {
+            let entries = &self.entries;
+            self.order
+                .retain(|(at, key)| entries.get(key).is_some_and(|e| e.expires_at == *at));
+        }
+    }
+
+    /// Drops stale positions and expired entries from the front of the order, then the oldest
+    /// entries until there is room for one more.
+    fn evict(&mut self, now: Instant) {
+        while let Some((at, key)) = self.order.front() {
+            let current = self.entries.get(key).is_some_and(|e| e.expires_at == *at);
+            if current && *at > now && self.entries.len() < self.capacity {
+                break;
+            }
+            if current {
+                self.entries.remove(key);
+            }
+            self.order.pop_front();
+        }
     }
 }
 
@@ -140,24 +222,67 @@ mod tests {
         assert_eq!(store.take(id).await.unwrap(), None);
     }
 
+    fn entries(table: &Table<ContinuationId>) -> (usize, usize) {
+        table.shards.iter().fold((0, 0), |(entries, order), shard| {
+            let shard = shard.lock().unwrap();
+            (entries + shard.entries.len(), order + shard.order.len())
+        })
+    }
+
     #[tokio::test]
-    async fn the_store_stays_within_its_capacity() {
+    async fn the_store_stays_within_its_capacity_and_keeps_the_newest() {
         let store = MemoryStore::new(50);
+        let mut last = ContinuationId::random();
         for _ in 0..500 {
+            last = ContinuationId::random();
             store
-                .put(
-                    ContinuationId::random(),
-                    vec![0; 8],
-                    Duration::from_secs(60),
-                )
+                .put(last, vec![0; 8], Duration::from_secs(60))
                 .await
                 .unwrap();
         }
-        store.parked.run_pending_tasks();
         assert!(
-            store.parked.entry_count() <= 50,
-            "{} entries",
-            store.parked.entry_count()
+            entries(&store.parked).0 <= 50,
+            "{:?}",
+            entries(&store.parked)
         );
+        assert_eq!(store.take(last).await.unwrap(), Some(vec![0; 8]));
+    }
+
+    #[tokio::test]
+    async fn taken_and_expired_entries_do_not_pile_up() {
+        let store = MemoryStore::new(1000);
+        for _ in 0..10_000 {
+            let id = ContinuationId::random();
+            store
+                .put(id, vec![1], Duration::from_secs(60))
+                .await
+                .unwrap();
+            store.take(id).await.unwrap();
+            store
+                .put(ContinuationId::random(), vec![2], Duration::ZERO)
+                .await
+                .unwrap();
+        }
+        let (live, order) = entries(&store.parked);
+        assert!(live <= SHARDS, "{live} entries left");
+        assert!(
+            order <= SHARDS * (2 * SHARDS + STALE_SLACK + 1),
+            "{order} positions left"
+        );
+    }
+
+    #[cfg(feature = "legacy")]
+    #[tokio::test]
+    async fn a_record_is_read_until_deleted_and_a_rewrite_renews_it() {
+        let store = MemoryStore::new(100);
+        let ttl = Duration::from_millis(80);
+        store.write_record("s", b"one".to_vec(), ttl).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        store.write_record("s", b"two".to_vec(), ttl).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(store.read_record("s").await.unwrap(), Some(b"two".to_vec()));
+        assert_eq!(store.read_record("s").await.unwrap(), Some(b"two".to_vec()));
+        store.delete_record("s").await.unwrap();
+        assert_eq!(store.read_record("s").await.unwrap(), None);
     }
 }

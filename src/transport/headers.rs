@@ -1,7 +1,11 @@
 //! Checks that the routing headers a client mirrors from the body (`Mcp-Method`, `Mcp-Name`,
 //! `Mcp-Param-*`) say the same as the body, decoding the `=?base64?…?=` sentinel form.
 
+use std::borrow::Cow;
+use std::fmt::Display;
+
 use axum::http::HeaderMap;
+use axum::http::header::{AsHeaderName, HeaderName};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
@@ -9,11 +13,16 @@ use serde_json::{Map, Value};
 use crate::protocol::ProtocolError;
 use crate::registry::HeaderParam;
 
+/// The headers of the 2026-07-28 wire, parsed once.
+pub static MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+static MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+static MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+
 /// Reads a header as text, trimmed. Header names are case-insensitive (HeaderMap folds them).
-pub fn header_text<'a>(
-    headers: &'a HeaderMap,
-    name: &str,
-) -> Result<Option<&'a str>, ProtocolError> {
+pub fn header_text<K: AsHeaderName + Display + Copy>(
+    headers: &HeaderMap,
+    name: K,
+) -> Result<Option<&str>, ProtocolError> {
     match headers.get(name) {
         None => Ok(None),
         Some(value) => value.to_str().map(|text| Some(text.trim())).map_err(|_| {
@@ -25,26 +34,26 @@ pub fn header_text<'a>(
 }
 
 /// Decodes a header value that may use the Base64 sentinel form.
-pub fn decode_sentinel(name: &str, raw: &str) -> Result<String, ProtocolError> {
+pub fn decode_sentinel<'a>(name: &str, raw: &'a str) -> Result<Cow<'a, str>, ProtocolError> {
     let Some(encoded) = raw
         .strip_prefix("=?base64?")
         .and_then(|rest| rest.strip_suffix("?="))
     else {
-        return Ok(raw.to_owned());
+        return Ok(Cow::Borrowed(raw));
     };
     let bytes = STANDARD.decode(encoded).map_err(|_| {
         ProtocolError::header_mismatch(format!(
             "{name} header has invalid Base64 in its =?base64?…?= value"
         ))
     })?;
-    String::from_utf8(bytes).map_err(|_| {
+    String::from_utf8(bytes).map(Cow::Owned).map_err(|_| {
         ProtocolError::header_mismatch(format!("{name} header decodes to invalid UTF-8"))
     })
 }
 
 /// `Mcp-Method` must be present and equal the body's method.
 pub fn check_method(headers: &HeaderMap, method: &str) -> Result<(), ProtocolError> {
-    match header_text(headers, "mcp-method")? {
+    match header_text(headers, &MCP_METHOD)? {
         None => Err(ProtocolError::header_mismatch("Missing Mcp-Method header")),
         Some(value) if value == method => Ok(()),
         Some(value) => Err(ProtocolError::header_mismatch(format!(
@@ -65,7 +74,7 @@ pub fn check_name(
         "resources/read" => "uri",
         _ => return Ok(()),
     };
-    let Some(raw) = header_text(headers, "mcp-name")? else {
+    let Some(raw) = header_text(headers, &MCP_NAME)? else {
         return Err(ProtocolError::header_mismatch("Missing Mcp-Name header"));
     };
     let header = decode_sentinel("Mcp-Name", raw)?;
@@ -109,7 +118,7 @@ pub fn check_params(
         };
         let header = decode_sentinel(&display, raw)?;
         let matches = match body {
-            Value::String(text) => &header == text,
+            Value::String(text) => header == text.as_str(),
             Value::Bool(flag) => header == flag.to_string(),
             Value::Number(number) => header.parse::<f64>().ok() == number.as_f64(),
             _ => false,

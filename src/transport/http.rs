@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::headers::{check_method, check_name, check_params, header_text};
+use super::headers::{MCP_PROTOCOL_VERSION, check_method, check_name, check_params, header_text};
 use super::{Endpoint, sse};
 use crate::auth::Principal;
 use crate::mrtr::Notifier;
@@ -24,9 +24,11 @@ pub(super) const STREAMABLE: [&str; 3] = ["tools/call", "prompts/get", "resource
 
 pub(super) async fn post(
     State(endpoint): State<Arc<Endpoint>>,
-    headers: HeaderMap,
-    body: Body,
+    http_request: axum::extract::Request,
 ) -> Response<Body> {
+    // Taken apart rather than extracted, which would copy the headers.
+    let (parts, body) = http_request.into_parts();
+    let headers = parts.headers;
     if let Err(reason) = endpoint.options.origin.check(&headers) {
         tracing::warn!("refused request: {reason}");
         return error(
@@ -108,7 +110,7 @@ fn refuse_initialize(incoming: &Incoming) -> Option<Response<Body>> {
         .get("protocolVersion")
         .and_then(Value::as_str)
         .unwrap_or("unknown");
-    let refusal = ProtocolError::unsupported_version(requested, &version::supported());
+    let refusal = ProtocolError::unsupported_version(requested, version::supported());
     Some(error_response(Some(id), &refusal))
 }
 
@@ -135,7 +137,7 @@ async fn request(
         Ok(principal) => principal,
         Err(e) => return Ok(unauthorized(id, &e.0)),
     };
-    let Some(header_version) = header_text(headers, "mcp-protocol-version")? else {
+    let Some(header_version) = header_text(headers, &MCP_PROTOCOL_VERSION)? else {
         return Err(ProtocolError::header_mismatch(
             "Missing MCP-Protocol-Version header",
         ));
@@ -151,7 +153,7 @@ async fn request(
     if !supported.contains(&meta.protocol_version.as_str()) {
         return Err(ProtocolError::unsupported_version(
             &meta.protocol_version,
-            &supported,
+            supported,
         ));
     }
     check_method(headers, method)?;
@@ -323,19 +325,18 @@ impl Accept {
         let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
             return Some(Self { sse: true });
         };
-        let types: Vec<&str> = accept
+        let (mut json, mut sse) = (false, false);
+        for media_type in accept
             .split(',')
             .map(|t| t.split(';').next().unwrap_or_default().trim())
-            .collect();
-        let any = types.contains(&"*/*");
-        let json = any
-            || types
-                .iter()
-                .any(|t| *t == "application/json" || *t == "application/*");
-        let sse = any
-            || types
-                .iter()
-                .any(|t| *t == "text/event-stream" || *t == "text/*");
+        {
+            match media_type {
+                "*/*" => (json, sse) = (true, true),
+                "application/json" | "application/*" => json = true,
+                "text/event-stream" | "text/*" => sse = true,
+                _ => {}
+            }
+        }
         (json || sse).then_some(Self { sse })
     }
 }

@@ -10,7 +10,6 @@ mod legacy;
 mod origin;
 mod sse;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,10 +87,7 @@ pub async fn serve(
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    axum::serve(listener, router.into_make_service())
+        .with_graceful_shutdown(shutdown)
+        .await
 }

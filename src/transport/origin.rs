@@ -1,7 +1,7 @@
 //! DNS-rebinding protection: the `Origin` header must name an allowed origin (localhost by default,
 //! plus a configured allow-list), and when serving on loopback the `Host` header must be local too.
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, header};
 
 #[derive(Debug, Clone, Default)]
 pub struct OriginPolicy {
@@ -24,7 +24,7 @@ impl OriginPolicy {
 
     /// `Err` with a reason when the request must be refused with 403.
     pub fn check(&self, headers: &HeaderMap) -> Result<(), String> {
-        if let Some(origin) = headers.get("origin") {
+        if let Some(origin) = headers.get(header::ORIGIN) {
             let origin = origin
                 .to_str()
                 .map_err(|_| "Origin header is not valid text".to_owned())?;
@@ -38,7 +38,7 @@ impl OriginPolicy {
             }
         }
         if self.check_host
-            && let Some(host) = headers.get("host")
+            && let Some(host) = headers.get(header::HOST)
         {
             let host = host
                 .to_str()
@@ -64,10 +64,9 @@ fn is_local(authority: &str) -> bool {
             .rsplit_once(':')
             .map_or(authority, |(host, _)| host)
     };
-    matches!(
-        host.to_ascii_lowercase().as_str(),
-        "localhost" | "127.0.0.1" | "::1"
-    )
+    ["localhost", "127.0.0.1", "::1"]
+        .iter()
+        .any(|local| host.eq_ignore_ascii_case(local))
 }
 
 #[cfg(test)]

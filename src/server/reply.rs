@@ -1,0 +1,163 @@
+//! What a request is answered with: a result built as JSON (discovery, lists, completions), a
+//! handler's typed result written straight from its type, or an `input_required` round. On the
+//! modern wire a complete result is marked `resultType: complete` and carries caching hints where
+//! its method is cacheable; legacy results go out as they are.
+
+use serde::{Serialize, Serializer};
+use serde_json::{Value, json};
+
+use crate::mrtr::{InputRequired, Outcome};
+use crate::protocol::content::{CallToolResult, GetPromptResult, ReadResourceResult};
+
+/// A successful answer to a request.
+pub enum Reply {
+    /// A result built as JSON.
+    Complete(Value),
+    /// What a tool, prompt or resource handler returned.
+    Handled(Handled),
+    InputRequired(InputRequired),
+}
+
+impl Serialize for Reply {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Complete(value) => value.serialize(serializer),
+            Self::Handled(handled) => handled.serialize(serializer),
+            Self::InputRequired(input) => input.serialize(serializer),
+        }
+    }
+}
+
+/// A handler's result with the members the modern wire adds to it, serialized without building
+/// a JSON tree first.
+pub struct Handled {
+    result: HandlerResult,
+    result_type: Option<&'static str>,
+    cache: Option<(u64, &'static str)>,
+}
+
+pub(super) enum HandlerResult {
+    Tool(CallToolResult),
+    Prompt(GetPromptResult),
+    Resource(ReadResourceResult),
+}
+
+impl From<CallToolResult> for HandlerResult {
+    fn from(result: CallToolResult) -> Self {
+        Self::Tool(result)
+    }
+}
+
+impl From<GetPromptResult> for HandlerResult {
+    fn from(result: GetPromptResult) -> Self {
+        Self::Prompt(result)
+    }
+}
+
+impl From<ReadResourceResult> for HandlerResult {
+    fn from(result: ReadResourceResult) -> Self {
+        Self::Resource(result)
+    }
+}
+
+/// The result's own members, then the added ones.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Decorated<'a, T> {
+    #[serde(flatten)]
+    result: &'a T,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_scope: Option<&'static str>,
+}
+
+impl Handled {
+    fn decorated<'a, T>(&self, result: &'a T) -> Decorated<'a, T> {
+        Decorated {
+            result,
+            result_type: self.result_type,
+            ttl_ms: self.cache.map(|(ttl_ms, _)| ttl_ms),
+            cache_scope: self.cache.map(|(_, scope)| scope),
+        }
+    }
+}
+
+impl Serialize for Handled {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match &self.result {
+            HandlerResult::Tool(result) => self.decorated(result).serialize(serializer),
+            HandlerResult::Prompt(result) => self.decorated(result).serialize(serializer),
+            HandlerResult::Resource(result) => self.decorated(result).serialize(serializer),
+        }
+    }
+}
+
+/// The reply to one handler round.
+pub(super) fn finish<T: Into<HandlerResult>>(outcome: Outcome<T>) -> Reply {
+    match outcome {
+        Outcome::Complete(result) => Reply::Handled(Handled {
+            result: result.into(),
+            result_type: None,
+            cache: None,
+        }),
+        Outcome::InputRequired(input) => Reply::InputRequired(input),
+    }
+}
+
+/// On the modern wire, marks a complete result `complete` and adds caching hints where the method
+/// is cacheable; legacy results go out as they are.
+pub(super) fn decorate(reply: Reply, modern: bool, cache: Option<(u64, &'static str)>) -> Reply {
+    match reply {
+        Reply::Complete(result) if modern => Reply::Complete(complete(result, cache)),
+        Reply::Handled(handled) if modern => Reply::Handled(Handled {
+            result_type: Some("complete"),
+            cache,
+            ..handled
+        }),
+        other => other,
+    }
+}
+
+fn complete(mut result: Value, cache: Option<(u64, &str)>) -> Value {
+    if let Some(object) = result.as_object_mut() {
+        object.insert("resultType".into(), json!("complete"));
+        if let Some((ttl_ms, scope)) = cache {
+            object.insert("ttlMs".into(), json!(ttl_ms));
+            object.insert("cacheScope".into(), json!(scope));
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::content::Content;
+
+    #[test]
+    fn a_typed_result_is_written_as_its_json_tree_would_be() {
+        let result = CallToolResult {
+            content: vec![Content::text("hi")],
+            structured_content: Some(json!({"a": 1})),
+            is_error: true,
+        };
+        let tree = complete(
+            serde_json::to_value(&result).unwrap(),
+            Some((60_000, "private")),
+        );
+        let typed = decorate(
+            finish(Outcome::Complete(result.clone())),
+            true,
+            Some((60_000, "private")),
+        );
+        assert_eq!(serde_json::to_value(&typed).unwrap(), tree);
+        let legacy = decorate(finish(Outcome::Complete(result.clone())), false, None);
+        assert_eq!(
+            serde_json::to_value(&legacy).unwrap(),
+            serde_json::to_value(&result).unwrap()
+        );
+    }
+}
