@@ -66,6 +66,7 @@ on_both_backends!(
     the_watch_list_is_newest_first,
     invalid_and_expired_tokens_are_refused_with_401,
     the_token_subcommand_signs_a_user_in,
+    the_seed_subcommand_adds_a_synthetic_catalogue,
 );
 
 /// What the tool description promises: up to 20 movies.
@@ -814,6 +815,69 @@ async fn the_token_subcommand_signs_a_user_in(backend: Backend) {
     assert!(
         server.user("alice").watchlist().await.is_empty(),
         "and nobody else's"
+    );
+}
+
+async fn the_seed_subcommand_adds_a_synthetic_catalogue(backend: Backend) {
+    let server = MovieServer::start(backend).await;
+    let seeded_movies = seed_movies().len() as i64;
+    let seeded_reviews = include_str!("../src/moviedb/seed/reviews.tsv")
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .count() as i64;
+    let mut command = binary(&server.secret, server.database_url.as_deref());
+    command
+        .args(["seed", "--movies", "300", "--reviews", "1500", "--data-dir"])
+        .arg(&server.data_dir)
+        .stdin(Stdio::null());
+    let output = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::from(command).output(),
+    )
+    .await
+    .expect("the seed subcommand finishes")
+    .expect("the seed subcommand runs");
+    assert!(
+        output.status.success(),
+        "seed failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let url = match &server.database_url {
+        Some(url) => url.clone(),
+        None => format!(
+            "sqlite://{}",
+            server.data_dir.join("moviedb.sqlite3").display()
+        ),
+    };
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&url)
+        .await
+        .expect("open the server's database");
+    let movies: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM movies")
+        .fetch_one(&pool)
+        .await
+        .expect("count movies");
+    let reviews: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reviews")
+        .fetch_one(&pool)
+        .await
+        .expect("count reviews");
+    pool.close().await;
+    assert_eq!(movies, seeded_movies + 300);
+    assert_eq!(reviews, seeded_reviews + 1500);
+
+    // The running server sees the new titles at once.
+    let last = seeded_movies + 300;
+    let saved = add(
+        &server.user("frank"),
+        json!({"movieId": last}),
+        "WANT_TO_WATCH",
+    )
+    .await;
+    assert_eq!(
+        saved["content"]["title"],
+        format!("Synthetic Feature {last}")
     );
 }
 
