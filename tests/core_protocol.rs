@@ -583,68 +583,56 @@ async fn routing_header_errors_are_header_mismatch_with_400() {
     let server = TestServer::start().await;
     let client = server.client();
     let simple = json!({"name": "simple_text", "arguments": {}});
+    let static_text = json!({"uri": "test://static-text"});
 
-    client
-        .request("tools/list")
-        .without_header("Mcp-Method")
-        .send()
-        .await
-        .assert_error(400, -32020);
-    client
-        .request("tools/list")
-        .header("Mcp-Method", "prompts/list")
-        .send()
-        .await
-        .assert_error(400, -32020);
-    client
-        .request("tools/list")
-        .header("Mcp-Method", "TOOLS/LIST")
-        .send()
-        .await
-        .assert_error(400, -32020);
-    client
-        .request("tools/call")
-        .params(simple.clone())
-        .without_header("Mcp-Name")
-        .send()
-        .await
-        .assert_error(400, -32020);
-    client
-        .request("tools/call")
-        .params(simple.clone())
-        .header("Mcp-Name", "wrong_tool_name")
-        .send()
-        .await
-        .assert_error(400, -32020);
-    client
-        .request("tools/call")
-        .params(simple.clone())
-        .header("Mcp-Name", "=?base64?c2ltcGxlX3RleHQ?=")
-        .send()
-        .await
-        .assert_error(400, -32020);
-    // Without the closing `?=` the value is taken literally, and so does not match.
-    client
-        .request("tools/call")
-        .params(simple.clone())
-        .header("Mcp-Name", "=?base64?c2ltcGxlX3RleHQ=")
-        .send()
-        .await
-        .assert_error(400, -32020);
-    client
-        .request("tools/call")
-        .params(simple)
-        .header("Mcp-Name", "=?base64?c2ltc!!!GxlX3RleHQ=?=")
-        .send()
-        .await
-        .assert_error(400, -32020);
-    client
-        .request("resources/read")
-        .params(json!({"uri": "test://static-text"}))
-        .header("Mcp-Name", "test://other")
-        .send()
-        .await
-        .assert_error(400, -32020);
+    // (method, params, header to set or — with None — remove)
+    let cases: [(&str, Value, &str, Option<&str>); 9] = [
+        ("tools/list", json!({}), "Mcp-Method", None),
+        ("tools/list", json!({}), "Mcp-Method", Some("prompts/list")),
+        // Header values are case-sensitive.
+        ("tools/list", json!({}), "Mcp-Method", Some("TOOLS/LIST")),
+        ("tools/call", simple.clone(), "Mcp-Name", None),
+        (
+            "tools/call",
+            simple.clone(),
+            "Mcp-Name",
+            Some("wrong_tool_name"),
+        ),
+        // Invalid Base64 padding inside the sentinel.
+        (
+            "tools/call",
+            simple.clone(),
+            "Mcp-Name",
+            Some("=?base64?c2ltcGxlX3RleHQ?="),
+        ),
+        // Without the closing `?=` the value is taken literally, and so does not match.
+        (
+            "tools/call",
+            simple.clone(),
+            "Mcp-Name",
+            Some("=?base64?c2ltcGxlX3RleHQ="),
+        ),
+        (
+            "tools/call",
+            simple,
+            "Mcp-Name",
+            Some("=?base64?c2ltc!!!GxlX3RleHQ=?="),
+        ),
+        (
+            "resources/read",
+            static_text,
+            "Mcp-Name",
+            Some("test://other"),
+        ),
+    ];
+    for (method, params, header, value) in cases {
+        let request = client.request(method).params(params);
+        let request = match value {
+            Some(value) => request.header(header, value),
+            None => request.without_header(header),
+        };
+        request.send().await.assert_error(400, -32020);
+    }
 }
 
 #[tokio::test]
