@@ -107,7 +107,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     println!("== Round 1: add movie {movie_id} without saying whether it was watched");
-    let arguments = json!({ "subject": { "movieId": movie_id } });
+    let arguments = json!({ "subject": { "movieId": movie_id.to_string() } });
     let first = client
         .call("addToWatchlist", json!({ "arguments": arguments }))
         .await?;

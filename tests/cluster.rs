@@ -19,7 +19,7 @@ const STATUS_QUESTION: &str = "Have you already watched this title, or is it one
 const EVENT_WAIT: Duration = Duration::from_secs(10);
 
 fn add_movie(movie_id: i64) -> Value {
-    json!({"subject": {"movieId": movie_id}})
+    json!({"subject": {"movieId": movie_id.to_string()}})
 }
 
 fn status_answer(status: &str) -> Value {
@@ -74,9 +74,7 @@ fn movie_ids(items: &[Value]) -> BTreeSet<i64> {
         .iter()
         .map(|item| {
             assert_eq!(item["content"]["type"], "movie", "{item}");
-            item["content"]["id"]
-                .as_i64()
-                .unwrap_or_else(|| panic!("a watch-list item without an id: {item}"))
+            support::movies::id_of(&item["content"]["id"])
         })
         .collect()
 }

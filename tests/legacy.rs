@@ -364,7 +364,10 @@ mod movies {
         ];
         for (movie, answer, expected) in &cases {
             let mut call = client
-                .start_call("addToWatchlist", json!({"subject": {"movieId": movie}}))
+                .start_call(
+                    "addToWatchlist",
+                    json!({"subject": {"movieId": movie.to_string()}}),
+                )
                 .await;
             let request = call.next_server_request().await;
             assert_eq!(request["method"], "elicitation/create");
@@ -391,7 +394,7 @@ mod movies {
         for (movie, _, expected) in cases {
             let item = listed
                 .iter()
-                .find(|i| i["content"]["id"] == movie)
+                .find(|i| i["content"]["id"].as_str() == Some(movie.to_string().as_str()))
                 .unwrap_or_else(|| panic!("movie {movie} saved"));
             assert_eq!(item["status"], expected, "movie {movie} read back");
         }
@@ -399,7 +402,7 @@ mod movies {
 
         let no_elicitation = legacy_session(&mut replicas, 2, "bob", json!({})).await;
         let mut call = no_elicitation
-            .start_call("addToWatchlist", json!({"subject": {"movieId": 6}}))
+            .start_call("addToWatchlist", json!({"subject": {"movieId": "6"}}))
             .await;
         assert_eq!(
             structured(&call.response().await)["status"],
@@ -421,7 +424,7 @@ mod movies {
         let on_second = on_first.at(replicas.replica(2).url());
 
         let mut call = on_first
-            .start_call("addToWatchlist", json!({"subject": {"movieId": 6}}))
+            .start_call("addToWatchlist", json!({"subject": {"movieId": "6"}}))
             .await;
         let request = call.next_server_request().await;
         assert_eq!(
@@ -436,7 +439,7 @@ mod movies {
         assert_eq!(structured(&call.response().await)["status"], "WATCHED");
 
         let mut summary = on_first
-            .start_call("summarizeMovieReviews", json!({"movieId": 5}))
+            .start_call("summarizeMovieReviews", json!({"movieId": "5"}))
             .await;
         let request = summary.next_server_request().await;
         assert_eq!(request["method"], "sampling/createMessage");
@@ -451,7 +454,7 @@ mod movies {
 
         // Refusals travel the same way and lead to the fallbacks.
         let mut declined = on_first
-            .start_call("addToWatchlist", json!({"subject": {"movieId": 7}}))
+            .start_call("addToWatchlist", json!({"subject": {"movieId": "7"}}))
             .await;
         let request = declined.next_server_request().await;
         assert_eq!(
@@ -466,7 +469,7 @@ mod movies {
         );
 
         let mut refused = on_first
-            .start_call("summarizeMovieReviews", json!({"movieId": 6}))
+            .start_call("summarizeMovieReviews", json!({"movieId": "6"}))
             .await;
         let request = refused.next_server_request().await;
         assert_eq!(
@@ -491,7 +494,7 @@ mod movies {
         let client = legacy_session(&mut replicas, 1, "di", json!({"sampling": {}})).await;
 
         let mut answered = client
-            .start_call("summarizeMovieReviews", json!({"movieId": 5}))
+            .start_call("summarizeMovieReviews", json!({"movieId": "5"}))
             .await;
         let request = answered.next_server_request().await;
         assert_eq!(request["method"], "sampling/createMessage");
@@ -514,7 +517,7 @@ mod movies {
         assert_eq!(structured(&summary)["reviewCount"], 26);
 
         let mut refused = client
-            .start_call("summarizeMovieReviews", json!({"movieId": 6}))
+            .start_call("summarizeMovieReviews", json!({"movieId": "6"}))
             .await;
         let request = refused.next_server_request().await;
         client
@@ -530,7 +533,7 @@ mod movies {
         );
 
         let mut unanswered = client
-            .start_call("summarizeMovieReviews", json!({"movieId": 7}))
+            .start_call("summarizeMovieReviews", json!({"movieId": "7"}))
             .await;
         unanswered.next_server_request().await;
         let fallback = unanswered.response().await;
@@ -543,7 +546,7 @@ mod movies {
         );
 
         let mut cached = client
-            .start_call("summarizeMovieReviews", json!({"movieId": 5}))
+            .start_call("summarizeMovieReviews", json!({"movieId": "5"}))
             .await;
         let again = cached.response().await;
         assert_eq!(
@@ -555,7 +558,7 @@ mod movies {
         let counts_only = client
             .request(
                 "tools/call",
-                json!({"name": "summarizeMovieReviews", "arguments": {"movieId": 3}}),
+                json!({"name": "summarizeMovieReviews", "arguments": {"movieId": "3"}}),
             )
             .await;
         assert!(

@@ -53,7 +53,9 @@ async fn a_well_formed_answer_becomes_the_summary_and_is_then_served_from_the_ca
     let reply = server
         .client
         .request("tools/call")
-        .params(json!({"name": "summarizeMovieReviews", "arguments": {"movieId": MOVIE}}))
+        .params(
+            json!({"name": "summarizeMovieReviews", "arguments": {"movieId": MOVIE.to_string()}}),
+        )
         .progress_token(token.clone())
         .send()
         .await;
@@ -705,7 +707,7 @@ impl Server {
         let reply = self
             .client
             .request("tools/call")
-            .params(json!({"name": "summarizeMovieReviews", "arguments": {"movieId": movie_id}}))
+            .params(json!({"name": "summarizeMovieReviews", "arguments": {"movieId": movie_id.to_string()}}))
             .send()
             .await;
         structured(&reply).clone()
@@ -716,7 +718,7 @@ impl Server {
         let stream = self
             .client
             .request("tools/call")
-            .params(json!({"name": "summarizeMovieReviews", "arguments": {"movieId": movie_id}}))
+            .params(json!({"name": "summarizeMovieReviews", "arguments": {"movieId": movie_id.to_string()}}))
             .progress_token(json!(token))
             .open_stream()
             .await;

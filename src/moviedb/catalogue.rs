@@ -8,7 +8,9 @@ use anyhow::Context as _;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{AnyPool, Row};
 
-use super::model::{ItemContent, Mood, MovieSummary, Review, Title, WatchStatus, WatchlistItem};
+use super::model::{
+    Id, ItemContent, Mood, MovieSummary, Review, Title, WatchStatus, WatchlistItem,
+};
 
 /// How many movies one recommendation returns.
 pub const RECOMMENDATION_LIMIT: usize = 20;
@@ -122,7 +124,7 @@ impl Catalogue {
         rows.iter()
             .map(|row| {
                 Ok(MovieSummary {
-                    id: row.try_get("id")?,
+                    id: Id(row.try_get("id")?),
                     title: row.try_get("title")?,
                     release_year: row.try_get("release_year")?,
                     genre: row.try_get("genre")?,
@@ -237,7 +239,7 @@ impl Catalogue {
         .await;
         match inserted {
             Ok(id) => Ok(WatchlistItem {
-                id,
+                id: Id(id),
                 status,
                 added_at: rfc3339(added_at),
                 content: content(title, name.to_owned()),
@@ -275,7 +277,7 @@ impl Catalogue {
                 };
                 let status: String = row.try_get("status")?;
                 Ok(WatchlistItem {
-                    id: row.try_get("id")?,
+                    id: Id(row.try_get("id")?),
                     status: WatchStatus::parse(&status)
                         .ok_or_else(|| sqlx::Error::Protocol(format!("unknown status {status}")))?,
                     added_at: rfc3339(row.try_get("added_at")?),
@@ -291,12 +293,12 @@ fn content(title: Title, name: String) -> ItemContent {
         Title::Movie(id) => ItemContent {
             title: name,
             kind: "movie".into(),
-            id,
+            id: Id(id),
         },
         Title::TvShow(id) => ItemContent {
             title: name,
             kind: "tvShow".into(),
-            id,
+            id: Id(id),
         },
     }
 }

@@ -4,13 +4,13 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::model::Review;
+use super::model::{Id, Review};
 
 /// What `summarizeMovieReviews` returns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReviewSummary {
-    pub movie_id: i64,
+    pub movie_id: Id,
     pub review_count: i64,
     /// A one-sentence summary; null with fewer than three reviews, or when the LLM's answer had
     /// no summary line.
@@ -116,7 +116,7 @@ pub fn summarize(movie_id: i64, reviews: &[Review]) -> ReviewSummary {
         _ => (None, Vec::new()),
     };
     ReviewSummary {
-        movie_id,
+        movie_id: Id(movie_id),
         review_count: reviews.len() as i64,
         summary,
         themes,

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::catalogue::{AddError, Catalogue};
-use super::model::{Mood, MovieSummary, Title, WatchStatus, WatchlistItem};
+use super::model::{Id, Mood, MovieSummary, Title, WatchStatus, WatchlistItem};
 use super::summarizer::{LentModel, Summarizer};
-use super::summary::ReviewSummary;
+use super::summary::{self, MIN_REVIEWS_FOR_SUMMARY, ReviewSummary};
 use crate::mrtr::{HandlerError, RequestContext};
 use crate::protocol::content::CallToolResult;
 use crate::protocol::input::{Elicitation, Sampling, SamplingParams};
@@ -24,50 +24,56 @@ pub const STATUS_QUESTION: &str =
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MoodQuery {
-    /// The mood to match.
+    /// The mood to match: COMFORT, ADVENTURE, ROMANCE, HORROR, THOUGHTFUL or COMEDY.
     pub mood: Mood,
-    /// Leave out titles the signed-in user marked WATCHED (default false).
+    /// Optional, false when left out. True drops the movies the signed-in user marked WATCHED;
+    /// set it only when the user asks to skip what they have already seen.
     #[serde(default)]
     pub exclude_watched: bool,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct RecommendArgs {
+    /// What to recommend for: a mood, and whether to leave out what the user already watched.
     pub input: MoodQuery,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Recommendations {
-    /// Best rated first.
+    /// Highest rating first, equal ratings by id.
     pub movies: Vec<MovieSummary>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SummarizeArgs {
-    /// The movie whose reviews to summarize.
-    pub movie_id: i64,
+    /// The movie's id as the other tools give it, a string of digits such as "97".
+    pub movie_id: Id,
 }
 
 /// Exactly one of `movieId` and `tvShowId`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Subject {
-    pub movie_id: Option<i64>,
-    pub tv_show_id: Option<i64>,
+    /// The movie's id, a string of digits such as "97".
+    pub movie_id: Option<Id>,
+    /// The TV show's id, a string of digits such as "3".
+    pub tv_show_id: Option<Id>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct AddArgs {
-    /// The title to add: give exactly one of movieId and tvShowId.
+    /// The title to add: exactly one of movieId or tvShowId.
     pub subject: Subject,
-    /// WANT_TO_WATCH or WATCHED. When omitted the user is asked (if the client can ask).
+    /// Optional starting status, WANT_TO_WATCH or WATCHED. Leave it out to let the user say;
+    /// WANT_TO_WATCH is recorded when they do not.
     pub status: Option<WatchStatus>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct SavedItem {
-    pub id: i64,
+    /// The watch-list item's id.
+    pub id: Id,
     pub status: WatchStatus,
     pub content: SavedContent,
 }
@@ -83,6 +89,37 @@ pub struct Watchlist {
     pub items: Vec<WatchlistItem>,
 }
 
+const RECOMMEND_DESCRIPTION: &str = "Suggests movies that suit a mood, for light recommendation \
+requests an agent makes on a user's behalf. Returns up to 20 movies, highest rating first, equal \
+ratings ordered by id: calling again gives the same list in the same order, so an agent that retries \
+does not see it reshuffle.";
+
+const SUMMARIZE_DESCRIPTION: &str = "Summarizes what reviewers said about one movie: how many \
+reviews there are, their average score (1 to 10), a short summary and recurring themes. It always \
+answers with a summary object. With fewer than three reviews `summary` is null: read `reviewCount` \
+to see how many there are. An unknown movie id answers `reviewCount: 0`, not an error. Call it once \
+the user has settled on a movie they care about, not speculatively across many movies.";
+
+const ADD_DESCRIPTION: &str = "Puts a movie or TV show on the signed-in user's watch list. Give \
+exactly one of subject.movieId and subject.tvShowId, never both. status is optional: without it the \
+user is asked whether they already watched the title, and WANT_TO_WATCH is recorded when no answer \
+comes. A title already on the list fails with an \"already in your watch list\" error: treat that as \
+done, not as a failure to retry.";
+
+const WATCHLIST_DESCRIPTION: &str = "Lists the signed-in user's watch list, newest first.";
+
+/// The behaviour hints every movie tool shares: none destroys anything, repeating a call changes
+/// nothing more, and none reaches beyond the catalogue.
+fn hints(title: &str, read_only: bool) -> serde_json::Value {
+    json!({
+        "title": title,
+        "readOnlyHint": read_only,
+        "destructiveHint": false,
+        "idempotentHint": true,
+        "openWorldHint": false,
+    })
+}
+
 /// Registers the movie tools on `registry`; review summaries are written by `summarizer`.
 pub fn register(registry: &mut Registry, catalogue: Arc<Catalogue>, summarizer: Arc<Summarizer>) {
     let for_recommend = catalogue.clone();
@@ -92,48 +129,44 @@ pub fn register(registry: &mut Registry, catalogue: Arc<Catalogue>, summarizer: 
         .add_tool(
             Tool::new(
                 "recommendMoviesForMood",
-                "Recommends up to 20 movies that fit a mood (COMFORT, ADVENTURE, ROMANCE, HORROR, THOUGHTFUL or COMEDY), \
-                 best rated first. With excludeWatched, leaves out what the signed-in user has already watched.",
+                RECOMMEND_DESCRIPTION,
                 move |ctx, args: RecommendArgs| recommend(for_recommend.clone(), ctx, args),
             )
-            .title("Recommend movies for a mood")
+            .title("Recommend Movies For Mood")
             .output::<Recommendations>()
-            .annotations(json!({ "readOnlyHint": true, "openWorldHint": false })),
+            .annotations(hints("Recommend Movies For Mood", true)),
         )
         .add_tool(
             Tool::new(
                 "summarizeMovieReviews",
-                "Summarizes what reviewers said about a movie: review count, average score (1-10), a one-sentence \
-                 summary and recurring themes. Movies with fewer than three reviews get counts only.",
+                SUMMARIZE_DESCRIPTION,
                 move |ctx, args: SummarizeArgs| {
                     summarize(for_summary.clone(), summarizer.clone(), ctx, args)
                 },
             )
-            .title("Summarize movie reviews")
+            .title("Summarize Movie Reviews")
             .output::<ReviewSummary>()
-            .annotations(json!({ "readOnlyHint": true, "openWorldHint": false })),
+            .annotations(hints("Summarize Movie Reviews", true)),
         )
         .add_tool(
             Tool::new(
                 "addToWatchlist",
-                "Adds a movie or TV show to the signed-in user's watch list. Give subject.movieId or subject.tvShowId, \
-                 and status if known; without a status the user is asked whether they already watched it \
-                 (WANT_TO_WATCH when they do not answer).",
+                ADD_DESCRIPTION,
                 move |ctx, args: AddArgs| add_to_watchlist(for_add.clone(), ctx, args),
             )
-            .title("Add to watch list")
+            .title("Add To Watchlist")
             .output::<SavedItem>()
-            .annotations(json!({ "readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": false })),
+            .annotations(hints("Add To Watchlist", false)),
         )
         .add_tool(
             Tool::new(
                 "getWatchlist",
-                "Lists the signed-in user's watch list, newest first.",
+                WATCHLIST_DESCRIPTION,
                 move |ctx, _: NoArguments| get_watchlist(catalogue.clone(), ctx),
             )
-            .title("Show my watch list")
+            .title("Show My Watchlist")
             .output::<Watchlist>()
-            .annotations(json!({ "readOnlyHint": true, "openWorldHint": false })),
+            .annotations(hints("Show My Watchlist", true)),
         );
 }
 
@@ -164,8 +197,15 @@ async fn summarize(
     ctx: RequestContext,
     args: SummarizeArgs,
 ) -> Result<CallToolResult, HandlerError> {
+    let movie_id = args.movie_id.0;
     ctx.progress(0.0, Some(1.0), Some("Loading reviews")).await;
-    let reviews = catalogue.reviews(args.movie_id).await.map_err(internal)?;
+    let reviews = catalogue.reviews(movie_id).await.map_err(internal)?;
+    if reviews.len() < MIN_REVIEWS_FOR_SUMMARY {
+        // Counts only: nothing slow follows, so no further checkpoints.
+        return Ok(CallToolResult::structured(&summary::summarize(
+            movie_id, &reviews,
+        )));
+    }
     ctx.progress(0.4, Some(1.0), Some("Summarizing")).await;
     // A legacy client that offers sampling lends its own model (2026-07-28 clients are not asked:
     // that revision leaves model calls to servers).
@@ -173,7 +213,7 @@ async fn summarize(
     let lent: Option<&dyn LentModel> =
         (ctx.is_legacy() && ctx.capabilities().sampling).then_some(&client_model);
     let summary = summarizer
-        .summarize(args.movie_id, &reviews, lent)
+        .summarize(movie_id, &reviews, lent)
         .await
         .map_err(internal)?;
     ctx.progress(1.0, Some(1.0), Some("Done")).await;
@@ -209,8 +249,8 @@ async fn add_to_watchlist(
         ));
     };
     let title = match (args.subject.movie_id, args.subject.tv_show_id) {
-        (Some(id), None) => Title::Movie(id),
-        (None, Some(id)) => Title::TvShow(id),
+        (Some(Id(id)), None) => Title::Movie(id),
+        (None, Some(Id(id))) => Title::TvShow(id),
         _ => {
             return Ok(CallToolResult::error(
                 "Give exactly one of subject.movieId and subject.tvShowId.",

@@ -4,6 +4,7 @@
 
 mod prompt;
 mod resource;
+mod schema;
 mod tool;
 
 use std::future::Future;
@@ -11,7 +12,8 @@ use std::pin::Pin;
 
 pub use prompt::{Prompt, PromptArgument};
 pub use resource::{Resource, ResourceTemplate, TemplateVars};
-pub use tool::{HeaderParam, NoArguments, Tool, schema_of};
+pub use schema::{input_schema_of, output_schema_of};
+pub use tool::{HeaderParam, NoArguments, Tool};
 
 pub use crate::mrtr::RequestContext;
 

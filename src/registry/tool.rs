@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use super::BoxFuture;
+use super::schema::{input_schema_of, output_schema_of};
 use crate::mrtr::{HandlerError, RequestContext};
 use crate::protocol::content::CallToolResult;
 
@@ -37,7 +38,8 @@ pub struct Tool {
 
 impl Tool {
     /// A tool whose arguments are `A`: its input schema comes from schemars, and arguments that do
-    /// not fit become a tool error the model can read and correct.
+    /// not fit become a tool error, naming where they went wrong, that the model can read and
+    /// correct.
     pub fn new<A, F, Fut>(name: &str, description: &str, handler: F) -> Self
     where
         A: DeserializeOwned + JsonSchema + Send + 'static,
@@ -45,18 +47,18 @@ impl Tool {
         Fut: Future<Output = Result<CallToolResult, HandlerError>> + Send + 'static,
     {
         let handler = Arc::new(handler);
-        let erased =
-            move |ctx: RequestContext,
-                  arguments: Value|
-                  -> BoxFuture<Result<CallToolResult, HandlerError>> {
-                match serde_json::from_value::<A>(arguments) {
-                    Ok(args) => Box::pin(handler(ctx, args)),
-                    Err(e) => Box::pin(async move {
-                        Ok(CallToolResult::error(format!("Invalid arguments: {e}")))
-                    }),
+        let erased = move |ctx: RequestContext,
+                           arguments: Value|
+              -> BoxFuture<Result<CallToolResult, HandlerError>> {
+            match serde_path_to_error::deserialize::<_, A>(arguments) {
+                Ok(args) => Box::pin(handler(ctx, args)),
+                Err(e) => {
+                    let message = argument_error(&e);
+                    Box::pin(async move { Ok(CallToolResult::error(message)) })
                 }
-            };
-        Self::with_handler(name, description, schema_of::<A>(), Arc::new(erased))
+            }
+        };
+        Self::with_handler(name, description, input_schema_of::<A>(), Arc::new(erased))
     }
 
     /// A tool with a hand-written input schema and raw JSON arguments.
@@ -101,7 +103,7 @@ impl Tool {
 
     /// Declares the shape of `structuredContent`.
     pub fn output<O: JsonSchema>(mut self) -> Self {
-        self.output_schema = Some(schema_of::<O>());
+        self.output_schema = Some(output_schema_of::<O>());
         self
     }
 
@@ -143,19 +145,15 @@ impl Tool {
     }
 }
 
-/// A JSON schema for `T` as a tool schema: an object at the root, without the `$schema` and
-/// `title` noise schemars adds.
-pub fn schema_of<T: JsonSchema>() -> Value {
-    let mut schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_else(|_| json!({}));
-    if let Some(object) = schema.as_object_mut() {
-        object.remove("$schema");
-        object.remove("title");
-        object.entry("type").or_insert_with(|| json!("object"));
-        if object.get("type") == Some(&json!("object")) {
-            object.entry("properties").or_insert_with(|| json!({}));
-        }
+/// `Invalid arguments: subject.movieId: …`, or without a path when the arguments as a whole
+/// do not fit (a missing field, not an object).
+fn argument_error(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    let path = e.path().to_string();
+    if path == "." {
+        format!("Invalid arguments: {}", e.inner())
+    } else {
+        format!("Invalid arguments: {path}: {}", e.inner())
     }
-    schema
 }
 
 /// Finds `x-mcp-header` annotations on properties reachable through `properties` chains.

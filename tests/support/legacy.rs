@@ -98,6 +98,8 @@ pub struct LegacyClient {
     token: Option<String>,
     pub session_id: Option<String>,
     next_id: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// Each listed tool's `outputSchema`, read from `tools/list` before the first tool call.
+    output_schemas: std::sync::Arc<tokio::sync::OnceCell<std::collections::HashMap<String, Value>>>,
 }
 
 impl LegacyClient {
@@ -108,6 +110,7 @@ impl LegacyClient {
             token,
             session_id: None,
             next_id: Default::default(),
+            output_schemas: Default::default(),
         }
     }
 
@@ -220,8 +223,38 @@ impl LegacyClient {
         }
     }
 
+    /// The `outputSchema` `tool` declares in `tools/list`, if any (listed once per session).
+    async fn output_schema(&self, tool: &str) -> Option<Value> {
+        let schemas = self
+            .output_schemas
+            .get_or_init(|| async {
+                let list = Box::pin(self.send_raw(
+                    "tools/list",
+                    &json!({"jsonrpc": "2.0", "id": "tools", "method": "tools/list"}),
+                    false,
+                ))
+                .await;
+                // A session the test means to be refused lists nothing: then nothing is checked.
+                list.messages
+                    .last()
+                    .and_then(|m| m["result"]["tools"].as_array())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|t| {
+                        Some((
+                            t["name"].as_str()?.to_owned(),
+                            t.get("outputSchema")?.clone(),
+                        ))
+                    })
+                    .collect()
+            })
+            .await;
+        schemas.get(tool).cloned()
+    }
+
     /// Starts a tool call and returns its open stream, to read the server's requests as they come.
     pub async fn start_call(&self, name: &str, arguments: Value) -> LegacyCall {
+        let output_schema = self.output_schema(name).await;
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
@@ -244,6 +277,8 @@ impl LegacyClient {
             content_type,
             body: Box::pin(response.bytes_stream()),
             buffer: String::new(),
+            tool: name.to_owned(),
+            output_schema,
         }
     }
 
@@ -307,6 +342,9 @@ pub struct LegacyCall {
     pub content_type: String,
     body: ByteStream,
     buffer: String,
+    tool: String,
+    /// What the tool's `structuredContent` must fit.
+    output_schema: Option<Value>,
 }
 
 impl LegacyCall {
@@ -362,11 +400,19 @@ impl LegacyCall {
         }
     }
 
-    /// Reads until the call's own response.
+    /// Reads until the call's own response; a successful structured result must fit the tool's
+    /// declared `outputSchema`.
     pub async fn response(&mut self) -> Value {
         loop {
             let message = self.next_message().await;
             if message.get("method").is_none() {
+                let result = &message["result"];
+                if let (Some(declared), Some(structured)) =
+                    (&self.output_schema, result.get("structuredContent"))
+                    && result.get("isError") != Some(&json!(true))
+                {
+                    super::assert_structured_fits(&self.tool, declared, structured);
+                }
                 return message;
             }
             assert!(

@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod legacy;
+pub mod movies;
 pub mod openai;
 pub mod postgres;
 
@@ -737,6 +738,22 @@ pub mod schema {
 
 static NEXT_ID: AtomicI64 = AtomicI64::new(1);
 
+/// Panics unless `structured`, the `structuredContent` of a result of `tool`, fits `declared`,
+/// the `outputSchema` the tool declares.
+pub fn assert_structured_fits(tool: &str, declared: &Value, structured: &Value) {
+    let validator = jsonschema::validator_for(declared)
+        .unwrap_or_else(|e| panic!("the outputSchema of {tool} does not compile: {e}"));
+    let errors: Vec<String> = validator
+        .iter_errors(structured)
+        .map(|e| format!("  - at {}: {e}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "structuredContent of {tool} does not fit its outputSchema:\n{}\nstructuredContent: {structured}",
+        errors.join("\n")
+    );
+}
+
 /// A fresh numeric JSON-RPC id, unique within the test binary.
 pub fn fresh_id() -> Value {
     json!(NEXT_ID.fetch_add(1, Ordering::SeqCst))
@@ -761,6 +778,8 @@ pub struct Client {
     /// Sends header names in lower case (`mcp-method`), as HTTP/2-minded clients do.
     lowercase_http: reqwest::Client,
     user: Option<String>,
+    /// Each listed tool's `outputSchema`, read from `tools/list` on the first structured result.
+    output_schemas: Arc<tokio::sync::OnceCell<HashMap<String, Value>>>,
 }
 
 impl Client {
@@ -779,6 +798,7 @@ impl Client {
             http,
             lowercase_http,
             user: None,
+            output_schemas: Arc::default(),
         }
     }
 
@@ -814,6 +834,34 @@ impl Client {
             raw_body: None,
             lowercase_header_names: false,
         }
+    }
+
+    /// The `outputSchema` `tool` declares, if it is listed with one. The list is read once per
+    /// client, before its first tool call, so it never lands between the rounds a test counts.
+    async fn output_schema(&self, tool: &str) -> Option<Value> {
+        let schemas = self
+            .output_schemas
+            .get_or_init(|| async {
+                // Read directly rather than through `send`, which is what called us.
+                let body: Value = self
+                    .request("tools/list")
+                    .response(REQUEST_TIMEOUT)
+                    .await
+                    .json()
+                    .await
+                    .unwrap_or_else(|e| panic!("tools/list did not answer JSON: {e}"));
+                body["result"]["tools"]
+                    .as_array()
+                    .unwrap_or_else(|| panic!("tools/list without tools: {body}"))
+                    .iter()
+                    .filter_map(|tool| {
+                        let name = tool.get("name")?.as_str()?.to_owned();
+                        Some((name, tool.get("outputSchema")?.clone()))
+                    })
+                    .collect()
+            })
+            .await;
+        schemas.get(tool).cloned()
     }
 
     /// `tools/call` of `name` with `arguments`: the first round of an MRTR call.
@@ -1050,6 +1098,14 @@ impl RpcRequest<'_> {
     /// Sends the request and reads the whole response. Every message in it is validated against
     /// the schema.
     pub async fn send(self) -> Reply {
+        let tool = match self.method.as_str() {
+            "tools/call" => self.params.get("name").and_then(Value::as_str),
+            _ => None,
+        };
+        let output_schema = match tool {
+            Some(tool) => self.client.output_schema(tool).await.map(|s| (tool, s)),
+            None => None,
+        };
         let response = self.response(REQUEST_TIMEOUT).await;
         let status = response.status();
         let headers = response.headers().clone();
@@ -1081,6 +1137,14 @@ impl RpcRequest<'_> {
         };
         for message in &messages {
             schema::validate_server_message(&self.method, message);
+        }
+        // A successful structured result must fit the tool's declared outputSchema.
+        let result = messages.iter().find_map(|m| m.get("result"));
+        if let (Some((tool, declared)), Some(result)) = (&output_schema, result)
+            && let Some(structured) = result.get("structuredContent")
+            && result.get("isError") != Some(&json!(true))
+        {
+            assert_structured_fits(tool, declared, structured);
         }
         Reply {
             method: self.method,
