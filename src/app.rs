@@ -11,15 +11,15 @@ use crate::config::ServeArgs;
 use crate::mrtr::{Engine, StateSealer};
 use crate::registry::Registry;
 use crate::server::{Events, Server, ServerInfo};
-use crate::store::{ContinuationStore, MemoryStore, RedisEventRelay, RedisStore};
+use crate::store::{ContinuationStore, MemoryStore, RedisEventRelay, RedisStore, SessionStore};
 use crate::transport::{self, OriginPolicy, TransportOptions};
 
 /// The MCP endpoint path.
 pub const MCP_PATH: &str = "/mcp";
 
 /// Builds the MRTR engine: sealing keys from the configuration (or a logged development key)
-/// and the continuation store (Redis when configured, in memory otherwise).
-pub async fn engine(args: &ServeArgs) -> anyhow::Result<Engine> {
+/// and the continuation store.
+fn engine(args: &ServeArgs, store: Arc<dyn ContinuationStore>) -> anyhow::Result<Engine> {
     let sealer = match &args.state_keys {
         Some(spec) => StateSealer::from_spec(spec)
             .map_err(anyhow::Error::msg)
@@ -36,26 +36,38 @@ pub async fn engine(args: &ServeArgs) -> anyhow::Result<Engine> {
         key_id = sealer.active_key_id(),
         "requestState sealing ready"
     );
-    Ok(Engine::new(
-        sealer,
-        continuation_store(args).await?,
-        args.state_ttl(),
-    ))
+    Ok(Engine::new(sealer, store, args.state_ttl()))
 }
 
-async fn continuation_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn ContinuationStore>> {
+/// Where continuations and sessions are kept: Redis when configured, in memory otherwise.
+struct Stores {
+    continuations: Arc<dyn ContinuationStore>,
+    #[cfg_attr(not(feature = "legacy"), allow(dead_code))]
+    sessions: Arc<dyn SessionStore>,
+}
+
+async fn stores(args: &ServeArgs) -> anyhow::Result<Stores> {
     let Some(config) = args.redis() else {
         tracing::info!(
             capacity = args.continuation_capacity,
             "continuations kept in memory"
         );
-        return Ok(Arc::new(MemoryStore::new(args.continuation_capacity)));
+        let store = Arc::new(MemoryStore::new(args.continuation_capacity));
+        return Ok(Stores {
+            continuations: store.clone(),
+            sessions: store,
+        });
     };
-    let store = RedisStore::connect(config)
-        .await
-        .context("connecting to the Redis continuation store")?;
+    let store = Arc::new(
+        RedisStore::connect(config)
+            .await
+            .context("connecting to the Redis continuation store")?,
+    );
     tracing::info!(prefix = %args.redis_prefix, "continuations kept in Redis");
-    Ok(Arc::new(store))
+    Ok(Stores {
+        continuations: store.clone(),
+        sessions: store,
+    })
 }
 
 /// Builds the protocol server and its HTTP router. With Redis configured, `events` are relayed
@@ -77,7 +89,8 @@ pub async fn router(
         );
         events.relay_through(relay);
     }
-    let server = Server::new(registry, engine(args).await?, info, events);
+    let stores = stores(args).await?;
+    let server = Server::new(registry, engine(args, stores.continuations)?, info, events);
     let options = TransportOptions {
         origin: OriginPolicy::new(args.allowed_origins.clone(), args.bind.ip().is_loopback()),
         authenticator,
@@ -87,15 +100,15 @@ pub async fn router(
         legacy: crate::transport::LegacyOptions {
             request_timeout: Duration::from_secs(args.legacy_request_timeout_secs.max(1)),
             session_ttl: Duration::from_secs(args.legacy_session_ttl_secs.max(60)),
-        },
-        #[cfg(feature = "legacy")]
-        answer_relay: match args.redis() {
-            Some(config) => Some(
-                RedisEventRelay::connect(&config, "answers")
-                    .await
-                    .context("connecting the legacy answer relay to Redis")?,
-            ),
-            None => None,
+            sessions: stores.sessions,
+            answer_relay: match args.redis() {
+                Some(config) => Some(
+                    RedisEventRelay::connect(&config, "answers")
+                        .await
+                        .context("connecting the legacy answer relay to Redis")?,
+                ),
+                None => None,
+            },
         },
     };
     Ok(transport::router(server, options, MCP_PATH))

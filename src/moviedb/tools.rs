@@ -207,11 +207,11 @@ async fn summarize(
         )));
     }
     ctx.progress(0.4, Some(1.0), Some("Summarizing")).await;
-    // A legacy client that offers sampling lends its own model (2026-07-28 clients are not asked:
-    // that revision leaves model calls to servers).
+    // A client that answers live and offers sampling (a 2025-11-25 session) lends its own model;
+    // 2026-07-28 clients are not asked: that revision leaves model calls to servers.
     let client_model = ClientModel(&ctx);
     let lent: Option<&dyn LentModel> =
-        (ctx.is_legacy() && ctx.capabilities().sampling).then_some(&client_model);
+        (ctx.answers_live() && ctx.capabilities().sampling).then_some(&client_model);
     let summary = summarizer
         .summarize(movie_id, &reviews, lent)
         .await

@@ -11,11 +11,15 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::context::{HandlerError, Notifier, RequestContext, RoundState};
+use super::ask::Asker;
+use super::context::RequestContext;
+use super::error::HandlerError;
+use super::notify::Notifier;
+use super::rounds::{RoundState, Rounds};
 use super::seal::{StateClaims, StateSealer};
 use crate::auth::Principal;
 use crate::protocol::input::{InputRequest, OrderedRequests, parse_input_responses};
-use crate::protocol::{ProtocolError, RequestMeta};
+use crate::protocol::{Method, ProtocolError, RequestMeta};
 use crate::store::{ContinuationId, ContinuationStore};
 
 /// The engine: one per server, shared by every request.
@@ -28,7 +32,7 @@ pub struct Engine {
 /// One MRTR-capable request, as the engine needs to see it.
 pub struct Call<'a> {
     /// `tools/call`, `prompts/get` or `resources/read`.
-    pub method: &'a str,
+    pub method: Method,
     /// The tool or prompt name, or the resource URI.
     pub name: &'a str,
     /// The arguments the request is bound to (`Value::Null` when the method has none).
@@ -38,9 +42,9 @@ pub struct Call<'a> {
     pub principal: Principal,
     pub meta: RequestMeta,
     pub notifier: Option<Notifier>,
-    /// Set under a legacy session: questions are asked live instead of in rounds.
-    #[cfg(feature = "legacy")]
-    pub legacy: Option<super::legacy::LegacyPeer>,
+    /// Set when a live peer answers questions during the call (a 2025-11-25 session): then there
+    /// are no rounds and no `requestState`.
+    pub live_asker: Option<Arc<dyn Asker>>,
 }
 
 /// How a round ended.
@@ -97,11 +101,6 @@ impl Engine {
         &self.sealer
     }
 
-    /// The store shared by every replica (legacy sessions live there too).
-    pub fn store(&self) -> &Arc<dyn ContinuationStore> {
-        &self.store
-    }
-
     /// Runs `handler` for one round of `call`.
     pub async fn run<T, F, Fut>(
         &self,
@@ -112,9 +111,9 @@ impl Engine {
         F: FnOnce(RequestContext) -> Fut,
         Fut: Future<Output = Result<T, HandlerError>>,
     {
-        #[cfg(feature = "legacy")]
-        if let Some(peer) = call.legacy {
-            let context = RequestContext::legacy(call.principal, call.meta, call.notifier, peer);
+        if let Some(asker) = call.live_asker {
+            let context =
+                RequestContext::new(call.principal, call.meta, call.notifier, asker, Map::new());
             return match handler(context).await {
                 Ok(result) => Ok(Outcome::Complete(result)),
                 Err(error) => Err(protocol_error(call.method, call.name, error)),
@@ -124,14 +123,15 @@ impl Engine {
         // The digest is needed only to open a state or to seal one: not for calls that never ask.
         let mut digest = None;
         let mut round = RoundState::default();
+        let mut memo = Map::new();
         match call.params.get("requestState") {
             None => round.available = responses,
             Some(Value::String(state)) => {
-                let request = request_digest(call.method, call.name, call.arguments);
+                let request = request_digest(call.method.as_str(), call.name, call.arguments);
                 let parked = self.resume(state, &call.principal.id(), &request).await?;
                 digest = Some(request);
                 round.available = parked.answers;
-                round.memo = parked.memo;
+                memo = parked.memo;
                 // Only answers to the questions of the last round count; the rest is ignored.
                 for key in parked.asked {
                     if let Some(answer) = responses.remove(&key) {
@@ -146,16 +146,28 @@ impl Engine {
             }
         }
 
-        let context = RequestContext::new(call.principal, call.meta, call.notifier, round);
+        let rounds = Arc::new(Rounds::new(round));
+        let context = RequestContext::new(
+            call.principal,
+            call.meta,
+            call.notifier,
+            rounds.clone(),
+            memo,
+        );
         match handler(context.clone()).await {
             Ok(result) => Ok(Outcome::Complete(result)),
             Err(HandlerError::InputRequired(_)) => {
-                let round = context.take_round();
-                let digest = digest
-                    .unwrap_or_else(|| request_digest(call.method, call.name, call.arguments));
-                self.park(round, context.principal().id(), digest)
-                    .await
-                    .map(Outcome::InputRequired)
+                let digest = digest.unwrap_or_else(|| {
+                    request_digest(call.method.as_str(), call.name, call.arguments)
+                });
+                self.park(
+                    rounds.take(),
+                    context.take_memo(),
+                    context.principal().id(),
+                    digest,
+                )
+                .await
+                .map(Outcome::InputRequired)
             }
             Err(error) => Err(protocol_error(call.method, call.name, error)),
         }
@@ -190,8 +202,7 @@ impl Engine {
         let payload = self
             .store
             .take(claims.continuation)
-            .await
-            .map_err(|e| ProtocolError::internal(e.to_string()))?
+            .await?
             .ok_or_else(|| {
                 ProtocolError::invalid_params(
                     "requestState has already been used or its continuation is gone; send the request again without requestState to start over",
@@ -205,22 +216,20 @@ impl Engine {
     async fn park(
         &self,
         round: RoundState,
+        memo: Map<String, Value>,
         principal: String,
         digest: [u8; 32],
     ) -> Result<InputRequired, ProtocolError> {
         let asked = round.pending.iter().map(|(key, _)| key.clone()).collect();
         let continuation = Continuation {
             answers: round.used,
-            memo: round.memo,
+            memo,
             asked,
         };
         let payload = serde_json::to_vec(&continuation)
             .map_err(|e| ProtocolError::internal(format!("cannot store continuation: {e}")))?;
         let id = ContinuationId::random();
-        self.store
-            .put(id, payload, self.state_ttl)
-            .await
-            .map_err(|e| ProtocolError::internal(e.to_string()))?;
+        self.store.put(id, payload, self.state_ttl).await?;
         let claims = StateClaims {
             continuation: id,
             principal,
@@ -235,11 +244,11 @@ impl Engine {
 }
 
 /// The JSON-RPC error a failed handler answers with; internal failures are logged, not shown.
-fn protocol_error(method: &str, name: &str, error: HandlerError) -> ProtocolError {
+fn protocol_error(method: Method, name: &str, error: HandlerError) -> ProtocolError {
     match error {
         HandlerError::Protocol(error) => error,
         HandlerError::Internal(error) => {
-            tracing::error!(method, name, "handler failed: {error:#}");
+            tracing::error!(%method, name, "handler failed: {error:#}");
             ProtocolError::internal(format!("Internal error while handling {method} {name}"))
         }
         HandlerError::InputRequired(_) => {

@@ -8,12 +8,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::context::Notifier;
-use crate::protocol::RequestId;
+use super::ask::{Answer, Answers, Asker, supports};
+use super::error::HandlerError;
+use super::notify::Notifier;
 use crate::protocol::input::{Elicitation, InputRequest, Roots, Sampling};
+use crate::protocol::{ClientCapabilities, RequestId};
 
 /// How a server-initiated request ended: the client's `result`, or its `error` object.
 pub type ClientAnswer = Result<Value, Value>;
@@ -75,7 +78,7 @@ impl LegacyPeer {
     }
 
     /// Sends `request` to the client on `notifier`'s stream and waits for its answer.
-    pub(crate) async fn ask(
+    async fn ask_one(
         &self,
         notifier: Option<&Notifier>,
         key: &str,
@@ -87,7 +90,7 @@ impl LegacyPeer {
             ));
         };
         let id_text = format!(
-            "moviedb-{}-{}",
+            "server-{}-{}",
             key,
             crate::store::ContinuationId::random().to_hex()
         );
@@ -129,45 +132,60 @@ fn reason(error: &Value) -> String {
     }
 }
 
+/// Every supported question is sent at once and awaited; nothing interrupts the call.
+#[async_trait]
+impl Asker for LegacyPeer {
+    async fn ask(
+        &self,
+        capabilities: &ClientCapabilities,
+        notifier: Option<&Notifier>,
+        questions: Vec<(String, InputRequest)>,
+    ) -> Result<Answers, HandlerError> {
+        let asked = questions.into_iter().map(|(key, request)| async move {
+            if !supports(capabilities, &request) {
+                return (key, Answer::unsupported(&request));
+            }
+            let answer = self.ask_one(notifier, &key, &request).await;
+            let interpreted = interpret(&key, &request, answer);
+            (key, interpreted)
+        });
+        Ok(futures::future::join_all(asked).await.into_iter().collect())
+    }
+
+    fn answers_live(&self) -> bool {
+        true
+    }
+}
+
 /// Turns a legacy answer into the handler's view. Errors never fail the call: a refusal (code -1)
 /// is a decline, anything else a cancellation (elicitation) or a failure (sampling, roots).
-pub(crate) fn interpret(key: &str, request: &InputRequest, answer: ClientAnswer) -> Interpreted {
+fn interpret(key: &str, request: &InputRequest, answer: ClientAnswer) -> Answer {
     match (request, answer) {
         (InputRequest::Elicit(_), Ok(result)) => match Elicitation::from_response(key, &result) {
-            Ok(elicitation) => Interpreted::Elicitation(elicitation),
+            Ok(elicitation) => Answer::Elicitation(elicitation),
             Err(e) => {
                 tracing::warn!(key, "unusable elicitation answer: {}", e.message);
-                Interpreted::Elicitation(Elicitation::Cancelled)
+                Answer::Elicitation(Elicitation::Cancelled)
             }
         },
         (InputRequest::Elicit(_), Err(error)) => {
             tracing::info!(key, "elicitation not answered: {}", reason(&error));
             let refused = error.get("code").and_then(Value::as_i64) == Some(-1);
-            Interpreted::Elicitation(if refused {
+            Answer::Elicitation(if refused {
                 Elicitation::Declined
             } else {
                 Elicitation::Cancelled
             })
         }
         (InputRequest::Sample(_), Ok(result)) => match Sampling::from_response(key, &result) {
-            Ok(sampling) => Interpreted::Sampling(sampling),
-            Err(e) => Interpreted::Sampling(Sampling::Failed(e.message)),
+            Ok(sampling) => Answer::Sampling(sampling),
+            Err(e) => Answer::Sampling(Sampling::Failed(e.message)),
         },
-        (InputRequest::Sample(_), Err(error)) => {
-            Interpreted::Sampling(Sampling::Failed(reason(&error)))
-        }
+        (InputRequest::Sample(_), Err(error)) => Answer::Sampling(Sampling::Failed(reason(&error))),
         (InputRequest::ListRoots(_), Ok(result)) => match Roots::from_response(key, &result) {
-            Ok(roots) => Interpreted::Roots(roots),
-            Err(e) => Interpreted::Roots(Roots::Failed(e.message)),
+            Ok(roots) => Answer::Roots(roots),
+            Err(e) => Answer::Roots(Roots::Failed(e.message)),
         },
-        (InputRequest::ListRoots(_), Err(error)) => {
-            Interpreted::Roots(Roots::Failed(reason(&error)))
-        }
+        (InputRequest::ListRoots(_), Err(error)) => Answer::Roots(Roots::Failed(reason(&error))),
     }
-}
-
-pub(crate) enum Interpreted {
-    Elicitation(Elicitation),
-    Sampling(Sampling),
-    Roots(Roots),
 }

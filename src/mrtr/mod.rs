@@ -7,14 +7,21 @@
 //! checks what it is bound to, takes the continuation exactly once and runs the handler again, which
 //! now finds its answers and remembered work.
 
+pub mod ask;
 pub mod context;
 pub mod engine;
+mod error;
 #[cfg(feature = "legacy")]
 pub mod legacy;
+pub mod notify;
+mod rounds;
 pub mod seal;
 
-pub use context::{Answers, HandlerError, Notifier, RequestContext};
+pub use ask::{Answer, Answers, Asker};
+pub use context::RequestContext;
 pub use engine::{Call, Engine, InputRequired, Outcome};
+pub use error::{HandlerError, InputPending};
 #[cfg(feature = "legacy")]
 pub use legacy::{LegacyPeer, PendingAnswers};
+pub use notify::Notifier;
 pub use seal::{SealError, StateSealer};

@@ -9,8 +9,10 @@ pub mod error;
 pub mod input;
 pub mod jsonrpc;
 pub mod meta;
+pub mod method;
 pub mod version;
 
 pub use error::ProtocolError;
 pub use jsonrpc::{Incoming, RequestId};
 pub use meta::{ClientCapabilities, LogLevel, RequestMeta};
+pub use method::Method;

@@ -14,9 +14,9 @@ pub use reply::{Handled, Reply};
 use reply::{decorate, finish};
 
 use crate::auth::Principal;
-use crate::mrtr::{Call, Engine, Notifier};
+use crate::mrtr::{Asker, Call, Engine, Notifier};
 use crate::protocol::version::{self, META_SERVER_INFO};
-use crate::protocol::{ProtocolError, RequestMeta};
+use crate::protocol::{Method, ProtocolError, RequestMeta};
 use crate::registry::Registry;
 
 /// The identity a server reports in `server/discover`.
@@ -58,24 +58,10 @@ pub struct RequestEnv {
 pub enum Era {
     /// 2026-07-28: stateless, results carry `resultType`, questions come back as `input_required`.
     Modern,
-    /// 2025-11-25 under a session: plain results, questions sent to the client and awaited.
-    #[cfg(feature = "legacy")]
-    Legacy(crate::mrtr::LegacyPeer),
+    /// 2025-11-25 under a session: plain results, questions sent to the client and awaited by
+    /// its live asker.
+    Legacy(Arc<dyn Asker>),
 }
-
-/// Methods of the 2026-07-28 wire this server implements.
-const METHODS: [&str; 10] = [
-    "server/discover",
-    "tools/list",
-    "tools/call",
-    "prompts/list",
-    "prompts/get",
-    "resources/list",
-    "resources/read",
-    "resources/templates/list",
-    "completion/complete",
-    "subscriptions/listen",
-];
 
 pub struct Server {
     registry: Registry,
@@ -112,10 +98,11 @@ impl Server {
         &self.engine
     }
 
-    /// Whether `method` exists on this server (others get -32601 / HTTP 404).
-    pub fn implements(&self, method: &str) -> bool {
-        METHODS.contains(&method)
-            && match method.split('/').next() {
+    /// Whether `method` exists on this server's 2026-07-28 wire (others get -32601 / HTTP 404):
+    /// a method of an area (tools, prompts, resources) only when the registry offers that area.
+    pub fn implements(&self, method: Method) -> bool {
+        method.is_modern()
+            && match method.area() {
                 Some("tools") => self.registry.has_tools(),
                 Some("prompts") => self.registry.has_prompts(),
                 Some("resources") => self.registry.has_resources(),
@@ -146,14 +133,14 @@ impl Server {
     /// Handles one request of the 2026-07-28 wire (`subscriptions/listen` is the transport's).
     pub async fn handle(
         &self,
-        method: &str,
+        method: Method,
         params: &Map<String, Value>,
         env: RequestEnv,
     ) -> Result<Reply, ProtocolError> {
         let modern = matches!(env.era, Era::Modern);
         let (result, ttl_ms, scope) = match method {
-            "server/discover" => (self.discover(), Some(self.cache.discover_ttl_ms), "public"),
-            "tools/list" => {
+            Method::ServerDiscover => (self.discover(), Some(self.cache.discover_ttl_ms), "public"),
+            Method::ToolsList => {
                 let tools: Vec<Value> = self
                     .registry
                     .listed_tools()
@@ -165,7 +152,7 @@ impl Server {
                     "public",
                 )
             }
-            "prompts/list" => {
+            Method::PromptsList => {
                 let prompts: Vec<Value> = self
                     .registry
                     .prompts()
@@ -178,7 +165,7 @@ impl Server {
                     "public",
                 )
             }
-            "resources/list" => {
+            Method::ResourcesList => {
                 let resources: Vec<Value> = self
                     .registry
                     .resources()
@@ -191,7 +178,7 @@ impl Server {
                     "public",
                 )
             }
-            "resources/templates/list" => {
+            Method::ResourcesTemplatesList => {
                 let templates: Vec<Value> = self
                     .registry
                     .templates()
@@ -204,27 +191,27 @@ impl Server {
                     "public",
                 )
             }
-            "completion/complete" => (self.complete(params)?, None, ""),
-            "tools/call" => {
+            Method::CompletionComplete => (self.complete(params)?, None, ""),
+            Method::ToolsCall => {
                 return self
                     .call_tool(params, env)
                     .await
                     .map(|r| decorate(r, modern, None));
             }
-            "prompts/get" => {
+            Method::PromptsGet => {
                 return self
                     .get_prompt(params, env)
                     .await
                     .map(|r| decorate(r, modern, None));
             }
-            "resources/read" => {
+            Method::ResourcesRead => {
                 let hints = (self.cache.read_ttl_ms, "private");
                 return self
                     .read_resource(params, env)
                     .await
                     .map(|r| decorate(r, modern, Some(hints)));
             }
-            other => return Err(ProtocolError::method_not_found(other)),
+            other => return Err(ProtocolError::method_not_found(other.as_str())),
         };
         Ok(decorate(
             Reply::Complete(result),
@@ -261,7 +248,7 @@ impl Server {
             Some(args @ Value::Object(_)) => args,
             Some(_) => return Err(ProtocolError::invalid_params("arguments must be an object")),
         };
-        let call = engine_call("tools/call", name, arguments, params, env);
+        let call = engine_call(Method::ToolsCall, name, arguments, params, env);
         let outcome = self
             .engine
             .run(call, |ctx| tool.call(ctx, arguments.clone()))
@@ -292,7 +279,7 @@ impl Server {
             )));
         }
         let bound = Value::Object(arguments.clone());
-        let call = engine_call("prompts/get", name, &bound, params, env);
+        let call = engine_call(Method::PromptsGet, name, &bound, params, env);
         let outcome = self
             .engine
             .run(call, |ctx| prompt.get(ctx, arguments))
@@ -306,7 +293,7 @@ impl Server {
         env: RequestEnv,
     ) -> Result<Reply, ProtocolError> {
         let uri = required_str(params, "uri")?;
-        let call = engine_call("resources/read", uri, &Value::Null, params, env);
+        let call = engine_call(Method::ResourcesRead, uri, &Value::Null, params, env);
         let outcome = if let Some(resource) = self.registry.resource(uri) {
             self.engine.run(call, |ctx| resource.read(ctx)).await?
         } else if let Some((template, vars)) = self.registry.template_for(uri) {
@@ -359,7 +346,7 @@ impl Server {
 
 /// The engine's view of a request; the request's caller, `_meta` and notifier move into it.
 fn engine_call<'a>(
-    method: &'a str,
+    method: Method,
     name: &'a str,
     arguments: &'a Value,
     params: &'a Map<String, Value>,
@@ -373,9 +360,8 @@ fn engine_call<'a>(
         principal: env.principal,
         meta: env.meta,
         notifier: env.notifier,
-        #[cfg(feature = "legacy")]
-        legacy: match env.era {
-            Era::Legacy(peer) => Some(peer),
+        live_asker: match env.era {
+            Era::Legacy(asker) => Some(asker),
             Era::Modern => None,
         },
     }

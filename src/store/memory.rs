@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::{ContinuationId, ContinuationStore, StoreError};
+use super::{ContinuationId, ContinuationStore, SessionStore, StoreError};
 
 /// Most shards per table (fewer when the capacity is smaller).
 const SHARDS: usize = 16;
@@ -26,18 +26,16 @@ const STALE_SLACK: usize = 64;
 /// an evicted continuation is reported like an expired one.
 pub struct MemoryStore {
     parked: Table<ContinuationId>,
-    #[cfg(feature = "legacy")]
-    records: Table<String>,
+    sessions: Table<String>,
 }
 
 impl MemoryStore {
-    /// A store holding at most `capacity` continuations (and, apart, `capacity` records).
+    /// A store holding at most `capacity` continuations (and, apart, `capacity` sessions).
     pub fn new(capacity: u64) -> Self {
         let capacity = usize::try_from(capacity).unwrap_or(usize::MAX).max(1);
         Self {
             parked: Table::new(capacity),
-            #[cfg(feature = "legacy")]
-            records: Table::new(capacity),
+            sessions: Table::new(capacity),
         }
     }
 }
@@ -57,27 +55,27 @@ impl ContinuationStore for MemoryStore {
     async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.parked.take(&id))
     }
+}
 
-    /// A rewritten record starts its time-to-live afresh.
-    #[cfg(feature = "legacy")]
-    async fn write_record(
+#[async_trait]
+impl SessionStore for MemoryStore {
+    /// A rewritten session starts its time-to-live afresh.
+    async fn write_session(
         &self,
-        key: &str,
-        value: Vec<u8>,
+        session_id: &str,
+        record: Vec<u8>,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.records.insert(key.to_owned(), value, ttl);
+        self.sessions.insert(session_id.to_owned(), record, ttl);
         Ok(())
     }
 
-    #[cfg(feature = "legacy")]
-    async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.records.get(key))
+    async fn read_session(&self, session_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.sessions.get(session_id))
     }
 
-    #[cfg(feature = "legacy")]
-    async fn delete_record(&self, key: &str) -> Result<(), StoreError> {
-        self.records.take(key);
+    async fn delete_session(&self, session_id: &str) -> Result<(), StoreError> {
+        self.sessions.take(session_id);
         Ok(())
     }
 }
@@ -154,7 +152,6 @@ impl<K: Hash + Eq + Clone> Table<K> {
     }
 
     /// Returns a copy of a live entry.
-    #[cfg(feature = "legacy")]
     fn get<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> Option<Vec<u8>>
     where
         K: Borrow<Q>,
@@ -271,18 +268,29 @@ mod tests {
         );
     }
 
-    #[cfg(feature = "legacy")]
     #[tokio::test]
-    async fn a_record_is_read_until_deleted_and_a_rewrite_renews_it() {
+    async fn a_session_is_read_until_deleted_and_a_rewrite_renews_it() {
         let store = MemoryStore::new(100);
         let ttl = Duration::from_millis(80);
-        store.write_record("s", b"one".to_vec(), ttl).await.unwrap();
+        store
+            .write_session("s", b"one".to_vec(), ttl)
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        store.write_record("s", b"two".to_vec(), ttl).await.unwrap();
+        store
+            .write_session("s", b"two".to_vec(), ttl)
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(store.read_record("s").await.unwrap(), Some(b"two".to_vec()));
-        assert_eq!(store.read_record("s").await.unwrap(), Some(b"two".to_vec()));
-        store.delete_record("s").await.unwrap();
-        assert_eq!(store.read_record("s").await.unwrap(), None);
+        assert_eq!(
+            store.read_session("s").await.unwrap(),
+            Some(b"two".to_vec())
+        );
+        assert_eq!(
+            store.read_session("s").await.unwrap(),
+            Some(b"two".to_vec())
+        );
+        store.delete_session("s").await.unwrap();
+        assert_eq!(store.read_session("s").await.unwrap(), None);
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! The in-memory store serves a single process; the Redis store lets any replica resume a call.
 //! Both make `take` atomic, which is what makes a `requestState` single-use. With Redis, change
-//! events travel between replicas through it as well ([`RedisEventRelay`]).
+//! events travel between replicas through it as well ([`RedisEventRelay`]). Both also keep the
+//! records of sessions ([`SessionStore`]), for the eras that have them.
 
 mod memory;
 mod redis;
@@ -17,6 +18,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rand::RngCore;
+
+use crate::protocol::ProtocolError;
 
 /// The random name of one parked continuation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,6 +51,13 @@ impl ContinuationId {
 #[error("continuation store unavailable: {0}")]
 pub struct StoreError(pub String);
 
+/// A store that fails fails the request with -32603.
+impl From<StoreError> for ProtocolError {
+    fn from(error: StoreError) -> Self {
+        ProtocolError::internal(error.to_string())
+    }
+}
+
 #[async_trait]
 pub trait ContinuationStore: Send + Sync + 'static {
     /// Parks `payload` under `id` for at most `ttl`.
@@ -60,20 +70,23 @@ pub trait ContinuationStore: Send + Sync + 'static {
 
     /// Removes and returns the payload; `None` if it was never stored, expired or already taken.
     async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError>;
+}
 
-    /// Writes a small record every replica must see (a legacy session) for at most `ttl`.
-    #[cfg(feature = "legacy")]
-    async fn write_record(
+/// Where sessions live (2025-11-25 clients' `Mcp-Session-Id`): small records every replica must
+/// see, each with a lifetime that a rewrite starts afresh.
+#[async_trait]
+pub trait SessionStore: Send + Sync + 'static {
+    /// Writes `record` under `session_id` for at most `ttl`.
+    async fn write_session(
         &self,
-        key: &str,
-        value: Vec<u8>,
+        session_id: &str,
+        record: Vec<u8>,
         ttl: Duration,
     ) -> Result<(), StoreError>;
 
-    /// Reads a record; `None` if it was never written, expired or was deleted.
-    #[cfg(feature = "legacy")]
-    async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Reads a session; `None` if it was never written, expired or was deleted.
+    async fn read_session(&self, session_id: &str) -> Result<Option<Vec<u8>>, StoreError>;
 
-    #[cfg(feature = "legacy")]
-    async fn delete_record(&self, key: &str) -> Result<(), StoreError>;
+    /// Ends a session.
+    async fn delete_session(&self, session_id: &str) -> Result<(), StoreError>;
 }

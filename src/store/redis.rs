@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::{ContinuationId, ContinuationStore, StoreError};
+use super::{ContinuationId, ContinuationStore, SessionStore, StoreError};
 
 #[derive(Debug, Clone)]
 pub struct RedisStoreConfig {
@@ -35,9 +35,8 @@ impl RedisStore {
         })
     }
 
-    #[cfg(feature = "legacy")]
-    fn record_key(&self, key: &str) -> String {
-        format!("{}record:{key}", self.prefix)
+    fn session_key(&self, session_id: &str) -> String {
+        format!("{}record:session:{session_id}", self.prefix)
     }
 
     fn key(&self, id: ContinuationId) -> String {
@@ -109,32 +108,33 @@ impl ContinuationStore for RedisStore {
     async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
         self.run(redis::cmd("GETDEL").arg(self.key(id))).await
     }
+}
 
-    #[cfg(feature = "legacy")]
-    async fn write_record(
+#[async_trait]
+impl SessionStore for RedisStore {
+    async fn write_session(
         &self,
-        key: &str,
-        value: Vec<u8>,
+        session_id: &str,
+        record: Vec<u8>,
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let command = redis::cmd("SET")
-            .arg(self.record_key(key))
-            .arg(value)
+            .arg(self.session_key(session_id))
+            .arg(record)
             .arg("PX")
             .arg(ttl_ms)
             .clone();
         self.run::<()>(&command).await
     }
 
-    #[cfg(feature = "legacy")]
-    async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.run(redis::cmd("GET").arg(self.record_key(key))).await
+    async fn read_session(&self, session_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.run(redis::cmd("GET").arg(self.session_key(session_id)))
+            .await
     }
 
-    #[cfg(feature = "legacy")]
-    async fn delete_record(&self, key: &str) -> Result<(), StoreError> {
-        self.run::<()>(redis::cmd("DEL").arg(self.record_key(key)))
+    async fn delete_session(&self, session_id: &str) -> Result<(), StoreError> {
+        self.run::<()>(redis::cmd("DEL").arg(self.session_key(session_id)))
             .await
     }
 }

@@ -10,7 +10,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use crate::protocol::ProtocolError;
+use crate::protocol::{Method, ProtocolError};
 use crate::registry::HeaderParam;
 
 /// The headers of the 2026-07-28 wire, parsed once.
@@ -66,13 +66,11 @@ pub fn check_method(headers: &HeaderMap, method: &str) -> Result<(), ProtocolErr
 /// `params.name` or `params.uri` once decoded.
 pub fn check_name(
     headers: &HeaderMap,
-    method: &str,
+    method: Method,
     params: &Map<String, Value>,
 ) -> Result<(), ProtocolError> {
-    let field = match method {
-        "tools/call" | "prompts/get" => "name",
-        "resources/read" => "uri",
-        _ => return Ok(()),
+    let Some(field) = method.name_field() else {
+        return Ok(());
     };
     let Some(raw) = header_text(headers, &MCP_NAME)? else {
         return Err(ProtocolError::header_mismatch("Missing Mcp-Name header"));

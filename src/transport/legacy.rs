@@ -18,28 +18,61 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::headers::header_text;
-use super::http::{Accept, STREAMABLE, error, streamed, unauthorized};
-use super::{Endpoint, sse};
+use super::respond::{Accept, accepted, error, streamed, unauthorized};
+use super::{Endpoint, TransportOptions, sse};
 use crate::auth::Principal;
-use crate::mrtr::{LegacyPeer, PendingAnswers};
+use crate::mrtr::{Asker, LegacyPeer, PendingAnswers};
 use crate::protocol::jsonrpc::{error_bytes, notification_bytes, success_bytes};
 use crate::protocol::{
-    ClientCapabilities, Incoming, LogLevel, ProtocolError, RequestId, RequestMeta, version,
+    ClientCapabilities, Incoming, LogLevel, Method, ProtocolError, RequestId, RequestMeta, version,
 };
 use crate::server::{Era, RequestEnv, ServerEvent};
-use crate::store::RedisEventRelay;
+use crate::store::{RedisEventRelay, SessionStore};
 
 /// The newest legacy revision, offered when a client asks for one this server does not speak.
 const LATEST_LEGACY: &str = "2025-11-25";
 const SESSION_HEADER: &str = "mcp-session-id";
 
 /// Settings of the legacy wire.
-#[derive(Debug, Clone)]
 pub struct LegacyOptions {
     /// How long a call waits for the client's answer to a server-initiated request.
     pub request_timeout: Duration,
     /// How long an idle session lives.
     pub session_ttl: Duration,
+    /// Where sessions live (shared by every replica when it is Redis).
+    pub sessions: Arc<dyn SessionStore>,
+    /// With replicas: carries clients' answers to the replica whose call waits for them.
+    pub answer_relay: Option<RedisEventRelay>,
+}
+
+/// The legacy wire of one endpoint: its settings, and the calls waiting for clients' answers.
+pub(super) struct LegacyWire {
+    request_timeout: Duration,
+    session_ttl: Duration,
+    sessions: Arc<dyn SessionStore>,
+    /// Calls waiting here for a client's answer to a server-initiated request.
+    pending: Arc<PendingAnswers>,
+    /// Answers for calls waiting on other replicas, on their way to the relay.
+    answers_elsewhere: Option<mpsc::Sender<Vec<u8>>>,
+}
+
+impl LegacyWire {
+    /// Takes the legacy settings out of `options`, starting the answer relay when there is one.
+    pub(super) fn start(options: &mut TransportOptions) -> Self {
+        let pending: Arc<PendingAnswers> = Arc::default();
+        let answers_elsewhere = options
+            .legacy
+            .answer_relay
+            .take()
+            .map(|relay| relay_answers(relay, pending.clone()));
+        Self {
+            request_timeout: options.legacy.request_timeout,
+            session_ttl: options.legacy.session_ttl,
+            sessions: options.legacy.sessions.clone(),
+            pending,
+            answers_elsewhere,
+        }
+    }
 }
 
 /// What the store keeps of a session.
@@ -107,7 +140,7 @@ pub(super) async fn post(
     };
     let Some(session_id) = session_id else {
         return match incoming {
-            Incoming::Request { id, method, params } if method == "initialize" => {
+            Incoming::Request { id, method, params } if method == Method::Initialize.as_str() => {
                 initialize(endpoint, principal, &id, &params).await
             }
             other => {
@@ -153,14 +186,19 @@ async fn serve_request(
     method: &str,
     params: Map<String, Value>,
 ) -> Result<Response<Body>, ProtocolError> {
+    let server = &endpoint.server;
+    let method = match Method::parse(method) {
+        Some(known) if !known.is_modern() || server.implements(known) => known,
+        _ => return Err(ProtocolError::method_not_found(method)),
+    };
     match method {
-        "ping" => return Ok(ok(id, json!({}))),
-        "initialize" => {
+        Method::Ping => return Ok(ok(id, json!({}))),
+        Method::Initialize => {
             return Err(ProtocolError::invalid_request(
                 "This session is already initialized",
             ));
         }
-        "logging/setLevel" => {
+        Method::LoggingSetLevel => {
             let level = params
                 .get("level")
                 .and_then(Value::as_str)
@@ -172,26 +210,23 @@ async fn serve_request(
             save(endpoint, &session_id, &session).await?;
             return Ok(ok(id, json!({})));
         }
-        "resources/subscribe" | "resources/unsubscribe" => {
+        Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
             let uri = params
                 .get("uri")
                 .and_then(Value::as_str)
                 .ok_or_else(|| ProtocolError::invalid_params("Missing uri"))?;
             session.subscriptions.retain(|known| known != uri);
-            if method == "resources/subscribe" {
+            if method == Method::ResourcesSubscribe {
                 session.subscriptions.push(uri.to_owned());
             }
             save(endpoint, &session_id, &session).await?;
             return Ok(ok(id, json!({})));
         }
-        "server/discover" | "subscriptions/listen" => {
-            return Err(ProtocolError::method_not_found(method));
+        // Stateless discovery and listening belong to the 2026-07-28 wire.
+        Method::ServerDiscover | Method::SubscriptionsListen => {
+            return Err(ProtocolError::method_not_found(method.as_str()));
         }
         _ => {}
-    }
-    let server = &endpoint.server;
-    if !server.implements(method) {
-        return Err(ProtocolError::method_not_found(method));
     }
     let meta = RequestMeta {
         protocol_version: session.version.clone(),
@@ -205,18 +240,18 @@ async fn serve_request(
             .cloned(),
         traceparent: None,
     };
-    let peer = LegacyPeer::new(
-        endpoint.pending.clone(),
-        endpoint.options.legacy.request_timeout,
-    );
-    if accept.sse && STREAMABLE.contains(&method) {
+    let peer: Arc<dyn Asker> = Arc::new(LegacyPeer::new(
+        endpoint.legacy.pending.clone(),
+        endpoint.legacy.request_timeout,
+    ));
+    if accept.sse && method.streams() {
         return Ok(streamed(
             endpoint,
             principal,
             meta,
             Era::Legacy(peer),
             id.clone(),
-            method.to_owned(),
+            method,
             params,
         )
         .await);
@@ -343,13 +378,7 @@ pub(super) async fn delete(
         Ok(found) => found,
         Err(refusal) => return refusal,
     };
-    match endpoint
-        .server
-        .engine()
-        .store()
-        .delete_record(&record_key(&session_id))
-        .await
-    {
+    match endpoint.legacy.sessions.delete_session(&session_id).await {
         Ok(()) => {
             tracing::info!(session = %session_id, "legacy session ended");
             Response::builder()
@@ -425,13 +454,7 @@ async fn load(
 }
 
 async fn read(endpoint: &Endpoint, session_id: &str) -> Result<Option<Session>, ProtocolError> {
-    let stored = endpoint
-        .server
-        .engine()
-        .store()
-        .read_record(&record_key(session_id))
-        .await
-        .map_err(|e| ProtocolError::internal(e.to_string()))?;
+    let stored = endpoint.legacy.sessions.read_session(session_id).await?;
     stored
         .map(|bytes| {
             serde_json::from_slice(&bytes)
@@ -447,16 +470,11 @@ async fn save(
 ) -> Result<(), ProtocolError> {
     let bytes = serde_json::to_vec(session).map_err(|e| ProtocolError::internal(e.to_string()))?;
     endpoint
-        .server
-        .engine()
-        .store()
-        .write_record(
-            &record_key(session_id),
-            bytes,
-            endpoint.options.legacy.session_ttl,
-        )
+        .legacy
+        .sessions
+        .write_session(session_id, bytes, endpoint.legacy.session_ttl)
         .await
-        .map_err(|e| ProtocolError::internal(e.to_string()))
+        .map_err(ProtocolError::from)
 }
 
 /// Hands a client's answer to the call waiting for it: on this replica, or through the relay to
@@ -467,10 +485,10 @@ fn deliver_answer(endpoint: &Endpoint, id: &RequestId, outcome: Result<Value, Va
         Ok(result) => json!({ "id": id, "result": result }),
         Err(error) => json!({ "id": id, "error": error }),
     };
-    if endpoint.pending.deliver(&key, outcome) {
+    if endpoint.legacy.pending.deliver(&key, outcome) {
         return;
     }
-    match &endpoint.answers_elsewhere {
+    match &endpoint.legacy.answers_elsewhere {
         Some(outbox) => {
             if outbox.try_send(wire.to_string().into_bytes()).is_err() {
                 tracing::warn!(%id, "answer relay is backed up; dropped an answer");
@@ -482,7 +500,7 @@ fn deliver_answer(endpoint: &Endpoint, id: &RequestId, outcome: Result<Value, Va
 
 /// Runs the answer relay: publishes answers for calls on other replicas, and delivers answers
 /// other replicas received to the calls waiting here. Returns the outbox.
-pub(super) fn relay_answers(
+fn relay_answers(
     mut relay: RedisEventRelay,
     pending: Arc<PendingAnswers>,
 ) -> mpsc::Sender<Vec<u8>> {
@@ -516,10 +534,6 @@ pub(super) fn relay_answers(
     outbox
 }
 
-fn record_key(session_id: &str) -> String {
-    format!("session:{session_id}")
-}
-
 fn request_id(incoming: &Incoming) -> Option<RequestId> {
     match incoming {
         Incoming::Request { id, .. } | Incoming::Response { id, .. } => Some(id.clone()),
@@ -529,13 +543,6 @@ fn request_id(incoming: &Incoming) -> Option<RequestId> {
 
 fn ok(id: &RequestId, result: Value) -> Response<Body> {
     sse::json(StatusCode::OK, success_bytes(id, &result))
-}
-
-fn accepted() -> Response<Body> {
-    Response::builder()
-        .status(StatusCode::ACCEPTED)
-        .body(Body::empty())
-        .unwrap_or_default()
 }
 
 /// On the legacy wire a JSON-RPC error travels with HTTP 200 (404 would mean "session gone" to the

@@ -3,11 +3,13 @@
 //! to the protocol [`Server`], answering with JSON or with an SSE stream. It knows JSON-RPC and
 //! HTTP, never movies.
 
+mod front;
 mod headers;
-mod http;
 #[cfg(feature = "legacy")]
 mod legacy;
+mod modern;
 mod origin;
+mod respond;
 mod sse;
 
 use std::sync::Arc;
@@ -30,50 +32,42 @@ pub struct TransportOptions {
     pub max_body_bytes: usize,
     /// Period of SSE comment lines on long-lived streams.
     pub keepalive: Duration,
+    /// The 2025-11-25 wire's settings.
     #[cfg(feature = "legacy")]
     pub legacy: legacy::LegacyOptions,
-    /// With replicas: carries legacy clients' answers to the replica whose call waits for them.
-    #[cfg(feature = "legacy")]
-    pub answer_relay: Option<crate::store::RedisEventRelay>,
 }
 
 pub(crate) struct Endpoint {
     server: Arc<Server>,
     options: TransportOptions,
-    /// Calls waiting for a legacy client's answer to a server-initiated request.
     #[cfg(feature = "legacy")]
-    pending: Arc<crate::mrtr::PendingAnswers>,
-    /// Answers for calls waiting on other replicas, on their way to the relay.
-    #[cfg(feature = "legacy")]
-    answers_elsewhere: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
+    legacy: legacy::LegacyWire,
 }
 
 /// The router serving MCP at `path`.
 pub fn router(server: Arc<Server>, options: TransportOptions, path: &str) -> Router {
     #[cfg(feature = "legacy")]
-    let mut options = options;
-    #[cfg(feature = "legacy")]
-    let pending: Arc<crate::mrtr::PendingAnswers> = Arc::default();
-    #[cfg(feature = "legacy")]
-    let answers_elsewhere = options
-        .answer_relay
-        .take()
-        .map(|relay| legacy::relay_answers(relay, pending.clone()));
-    let endpoint = Arc::new(Endpoint {
-        server,
-        options,
-        #[cfg(feature = "legacy")]
-        pending,
-        #[cfg(feature = "legacy")]
-        answers_elsewhere,
-    });
-    #[cfg(feature = "legacy")]
-    let route = post(http::post).get(legacy::get).delete(legacy::delete);
+    let (endpoint, route) = {
+        let mut options = options;
+        let wire = legacy::LegacyWire::start(&mut options);
+        let endpoint = Endpoint {
+            server,
+            options,
+            legacy: wire,
+        };
+        let route = post(front::post).get(legacy::get).delete(legacy::delete);
+        (endpoint, route)
+    };
     #[cfg(not(feature = "legacy"))]
-    let route = post(http::post)
-        .get(http::method_not_allowed)
-        .delete(http::method_not_allowed);
-    Router::new().route(path, route).with_state(endpoint)
+    let (endpoint, route) = {
+        let route = post(front::post)
+            .get(respond::method_not_allowed)
+            .delete(respond::method_not_allowed);
+        (Endpoint { server, options }, route)
+    };
+    Router::new()
+        .route(path, route)
+        .with_state(Arc::new(endpoint))
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, with Nagle's algorithm off on every

@@ -1,0 +1,35 @@
+//! How a handler stops short of a result: it needs input from the client, it refuses the request
+//! with a protocol error, or it failed inside.
+
+use crate::protocol::ProtocolError;
+
+/// How a handler stops: it needs input (the engine asks the client), a protocol error for the
+/// client, or an internal failure (logged, reported as -32603).
+#[derive(Debug)]
+pub enum HandlerError {
+    InputRequired(InputPending),
+    Protocol(ProtocolError),
+    Internal(anyhow::Error),
+}
+
+/// Marker that a round of questions is pending; only an [`Asker`](super::Asker) creates it.
+#[derive(Debug)]
+pub struct InputPending(());
+
+impl InputPending {
+    pub(crate) fn new() -> Self {
+        Self(())
+    }
+}
+
+impl From<ProtocolError> for HandlerError {
+    fn from(error: ProtocolError) -> Self {
+        Self::Protocol(error)
+    }
+}
+
+impl From<anyhow::Error> for HandlerError {
+    fn from(error: anyhow::Error) -> Self {
+        Self::Internal(error)
+    }
+}

@@ -1,0 +1,96 @@
+//! The 2026-07-28 asker: answers come in rounds. A question whose answer is not in the request
+//! ends the call with `input_required`; the engine parks what was read and asked, and the retry
+//! brings the answers.
+
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use super::ask::{Answer, Answers, Asker, supports};
+use super::error::{HandlerError, InputPending};
+use super::notify::Notifier;
+use crate::protocol::ClientCapabilities;
+use crate::protocol::input::{Elicitation, InputRequest, Roots, Sampling};
+
+/// What one call carries from round to round, besides remembered work.
+#[derive(Debug, Default)]
+pub(crate) struct RoundState {
+    /// Answers not read yet in this run, by key (earlier rounds' and this retry's).
+    pub available: Map<String, Value>,
+    /// Answers the handler has read in this run; they go into the next continuation.
+    pub used: Map<String, Value>,
+    /// Questions of the round being built.
+    pub pending: Vec<(String, InputRequest)>,
+}
+
+/// Answers from the request's `inputResponses` and the parked continuation.
+#[derive(Debug, Default)]
+pub(crate) struct Rounds(Mutex<RoundState>);
+
+impl Rounds {
+    pub fn new(state: RoundState) -> Self {
+        Self(Mutex::new(state))
+    }
+
+    /// What the handler read and asked, for the next continuation.
+    pub fn take(&self) -> RoundState {
+        std::mem::take(&mut *self.lock())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RoundState> {
+        // A panic while holding the lock leaves plain data behind; keep using it.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[async_trait]
+impl Asker for Rounds {
+    async fn ask(
+        &self,
+        capabilities: &ClientCapabilities,
+        _: Option<&Notifier>,
+        questions: Vec<(String, InputRequest)>,
+    ) -> Result<Answers, HandlerError> {
+        let mut round = self.lock();
+        let mut answers = Answers::default();
+        let mut missing = Vec::new();
+        for (key, request) in questions {
+            if !supports(capabilities, &request) {
+                answers.insert(key, Answer::unsupported(&request));
+                continue;
+            }
+            // A read answer moves from `available` to `used`; asking for it again reads it there.
+            let raw = match round.available.remove(&key) {
+                Some(raw) => raw,
+                None => match round.used.get(&key) {
+                    Some(raw) => raw.clone(),
+                    None => {
+                        missing.push((key, request));
+                        continue;
+                    }
+                },
+            };
+            let answer = match request {
+                InputRequest::Elicit(_) => {
+                    Answer::Elicitation(Elicitation::from_response(&key, &raw)?)
+                }
+                InputRequest::Sample(_) => Answer::Sampling(Sampling::from_response(&key, &raw)?),
+                InputRequest::ListRoots(_) => Answer::Roots(Roots::from_response(&key, &raw)?),
+            };
+            answers.insert(key.clone(), answer);
+            round.used.insert(key, raw);
+        }
+        if missing.is_empty() {
+            return Ok(answers);
+        }
+        round.pending.extend(missing);
+        Err(HandlerError::InputRequired(InputPending::new()))
+    }
+
+    fn answers_live(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,136 @@
+//! The request methods this server knows, parsed once from the JSON-RPC `method` string and used
+//! by dispatch, header validation and both transports.
+
+use std::fmt;
+
+/// A request method of either era's wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    ServerDiscover,
+    ToolsList,
+    ToolsCall,
+    PromptsList,
+    PromptsGet,
+    ResourcesList,
+    ResourcesRead,
+    ResourcesTemplatesList,
+    CompletionComplete,
+    SubscriptionsListen,
+    /// 2025-11-25 sessions only, like the four below.
+    Initialize,
+    Ping,
+    LoggingSetLevel,
+    ResourcesSubscribe,
+    ResourcesUnsubscribe,
+}
+
+impl Method {
+    const ALL: [Method; 15] = [
+        Self::ServerDiscover,
+        Self::ToolsList,
+        Self::ToolsCall,
+        Self::PromptsList,
+        Self::PromptsGet,
+        Self::ResourcesList,
+        Self::ResourcesRead,
+        Self::ResourcesTemplatesList,
+        Self::CompletionComplete,
+        Self::SubscriptionsListen,
+        Self::Initialize,
+        Self::Ping,
+        Self::LoggingSetLevel,
+        Self::ResourcesSubscribe,
+        Self::ResourcesUnsubscribe,
+    ];
+
+    /// The method named `name`, if this server knows it.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|method| method.as_str() == name)
+    }
+
+    /// The method's name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ServerDiscover => "server/discover",
+            Self::ToolsList => "tools/list",
+            Self::ToolsCall => "tools/call",
+            Self::PromptsList => "prompts/list",
+            Self::PromptsGet => "prompts/get",
+            Self::ResourcesList => "resources/list",
+            Self::ResourcesRead => "resources/read",
+            Self::ResourcesTemplatesList => "resources/templates/list",
+            Self::CompletionComplete => "completion/complete",
+            Self::SubscriptionsListen => "subscriptions/listen",
+            Self::Initialize => "initialize",
+            Self::Ping => "ping",
+            Self::LoggingSetLevel => "logging/setLevel",
+            Self::ResourcesSubscribe => "resources/subscribe",
+            Self::ResourcesUnsubscribe => "resources/unsubscribe",
+        }
+    }
+
+    /// Whether the stateless 2026-07-28 wire has this method.
+    pub fn is_modern(self) -> bool {
+        !matches!(
+            self,
+            Self::Initialize
+                | Self::Ping
+                | Self::LoggingSetLevel
+                | Self::ResourcesSubscribe
+                | Self::ResourcesUnsubscribe
+        )
+    }
+
+    /// The params field that `Mcp-Name` mirrors, for methods aimed at a named target.
+    pub fn name_field(self) -> Option<&'static str> {
+        match self {
+            Self::ToolsCall | Self::PromptsGet => Some("name"),
+            Self::ResourcesRead => Some("uri"),
+            _ => None,
+        }
+    }
+
+    /// Whether its handler may send progress or log messages before the result (and so may be
+    /// answered with SSE). These are also the methods that can ask for input.
+    pub fn streams(self) -> bool {
+        self.name_field().is_some()
+    }
+
+    /// The capability area (`tools`, `prompts`, `resources`) the method belongs to, if any.
+    pub fn area(self) -> Option<&'static str> {
+        match self {
+            Self::ToolsList | Self::ToolsCall => Some("tools"),
+            Self::PromptsList | Self::PromptsGet => Some("prompts"),
+            Self::ResourcesList
+            | Self::ResourcesRead
+            | Self::ResourcesTemplatesList
+            | Self::ResourcesSubscribe
+            | Self::ResourcesUnsubscribe => Some("resources"),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_parses_back_from_its_name() {
+        for method in Method::ALL {
+            assert_eq!(Method::parse(method.as_str()), Some(method));
+        }
+        assert_eq!(Method::parse("tools/unknown"), None);
+        assert_eq!(
+            Method::parse("Tools/Call"),
+            None,
+            "names are case-sensitive"
+        );
+    }
+}

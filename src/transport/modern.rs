@@ -1,0 +1,168 @@
+//! The 2026-07-28 wire: stateless requests whose routing headers mirror the body, each answered
+//! with JSON or, when it streams progress or log messages, with SSE; `subscriptions/listen` opens
+//! a stream of change notifications.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Response, StatusCode};
+use bytes::Bytes;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::headers::{MCP_PROTOCOL_VERSION, check_method, check_name, check_params, header_text};
+use super::respond::{Accept, accepted, error_response, streamed, unauthorized};
+use super::{Endpoint, sse};
+use crate::protocol::jsonrpc::success_bytes;
+use crate::protocol::{Incoming, Method, ProtocolError, RequestId, RequestMeta, version};
+use crate::server::{Era, RequestEnv, Subscription};
+
+/// Serves a message of the 2026-07-28 wire.
+pub(super) async fn post(
+    endpoint: &Arc<Endpoint>,
+    headers: &HeaderMap,
+    accept: Accept,
+    incoming: Incoming,
+) -> Response<Body> {
+    match incoming {
+        // No client notification is defined for this wire; accept and ignore, as the binding says.
+        Incoming::Notification { .. } => accepted(),
+        Incoming::Response { id, .. } => error_response(
+            Some(&id),
+            &ProtocolError::invalid_request(
+                "Clients must not send JSON-RPC responses on this protocol version",
+            ),
+        ),
+        Incoming::Request { id, method, params } => {
+            match request(endpoint, headers, accept, &id, &method, params).await {
+                Ok(response) => response,
+                Err(e) => error_response(Some(&id), &e),
+            }
+        }
+    }
+}
+
+/// Validates a 2026-07-28 request and serves it.
+async fn request(
+    endpoint: &Arc<Endpoint>,
+    headers: &HeaderMap,
+    accept: Accept,
+    id: &RequestId,
+    method: &str,
+    params: Map<String, Value>,
+) -> Result<Response<Body>, ProtocolError> {
+    let principal = match endpoint.options.authenticator.authenticate(headers) {
+        Ok(principal) => principal,
+        Err(e) => return Ok(unauthorized(id, &e.0)),
+    };
+    let Some(header_version) = header_text(headers, &MCP_PROTOCOL_VERSION)? else {
+        return Err(ProtocolError::header_mismatch(
+            "Missing MCP-Protocol-Version header",
+        ));
+    };
+    let meta = RequestMeta::from_params(&params)?;
+    if header_version != meta.protocol_version {
+        return Err(ProtocolError::header_mismatch(format!(
+            "Header mismatch: MCP-Protocol-Version header value '{header_version}' does not match _meta value '{}'",
+            meta.protocol_version
+        )));
+    }
+    let supported = version::supported();
+    if !supported.contains(&meta.protocol_version.as_str()) {
+        return Err(ProtocolError::unsupported_version(
+            &meta.protocol_version,
+            supported,
+        ));
+    }
+    check_method(headers, method)?;
+    let server = &endpoint.server;
+    let method = match Method::parse(method) {
+        Some(known) if server.implements(known) => known,
+        _ => return Err(ProtocolError::method_not_found(method)),
+    };
+    check_name(headers, method, &params)?;
+    if method == Method::ToolsCall
+        && let Some(tool) = params
+            .get("name")
+            .and_then(Value::as_str)
+            .and_then(|name| server.registry().tool(name))
+    {
+        check_params(headers, &tool.header_params, params.get("arguments"))?;
+    }
+
+    if method == Method::SubscriptionsListen {
+        if !accept.sse {
+            return Err(ProtocolError::invalid_request(
+                "subscriptions/listen needs Accept: text/event-stream",
+            ));
+        }
+        let registry = server.registry();
+        let subscription = Subscription::from_params(id.clone(), &params)?.limited_to(
+            registry.has_tools(),
+            registry.has_prompts(),
+            registry.has_resources(),
+        );
+        return Ok(listen(endpoint, subscription));
+    }
+
+    let wants_stream = accept.sse
+        && method.streams()
+        && (meta.progress_token.is_some() || meta.log_level.is_some());
+    if !wants_stream {
+        let env = RequestEnv {
+            principal,
+            meta,
+            notifier: None,
+            era: Era::Modern,
+        };
+        let reply = server.handle(method, &params, env).await?;
+        return Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)));
+    }
+    Ok(streamed(
+        endpoint,
+        principal,
+        meta,
+        Era::Modern,
+        id.clone(),
+        method,
+        params,
+    )
+    .await)
+}
+
+/// Opens a `subscriptions/listen` stream: the acknowledgement, then the events it opted into,
+/// with keep-alive comments, until the client goes away.
+fn listen(endpoint: &Arc<Endpoint>, subscription: Subscription) -> Response<Body> {
+    let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
+    let mut events = endpoint.server.events().subscribe();
+    let task = tokio::spawn(async move {
+        if frames_tx
+            .send(sse::frame(&subscription.acknowledgement()))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        loop {
+            match events.recv().await {
+                Ok(event) if subscription.wants(&event) => {
+                    if frames_tx
+                        .send(sse::frame(&subscription.notification(&event)))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+    sse::stream(
+        ReceiverStream::new(frames_rx),
+        sse::AbortOnDrop(task.abort_handle()),
+        Some(endpoint.options.keepalive),
+    )
+}

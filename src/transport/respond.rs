@@ -1,0 +1,171 @@
+//! How answers go back over HTTP: JSON bodies, JSON-RPC errors with their HTTP status, the 401
+//! challenge, what the client accepts, and a request run in its own task with its notifications
+//! streamed before its result.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use futures::StreamExt;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::{Endpoint, sse};
+use crate::auth::Principal;
+use crate::mrtr::Notifier;
+use crate::protocol::jsonrpc::{error_bytes, success_bytes};
+use crate::protocol::{Method, ProtocolError, RequestId, RequestMeta};
+use crate::server::{Era, RequestEnv};
+
+/// What a streamed request's task produces: notifications, then exactly one final message.
+enum Frame {
+    Notification(Vec<u8>),
+    Final(Result<Vec<u8>, ProtocolError>),
+}
+
+/// Runs the request in its own task and streams its notifications, then its response. Nothing is
+/// sent until the first frame exists, so a request that fails (or finishes) before notifying
+/// anything gets a plain JSON answer with the error's own HTTP status.
+pub(super) async fn streamed(
+    endpoint: &Arc<Endpoint>,
+    principal: Principal,
+    meta: RequestMeta,
+    era: Era,
+    id: RequestId,
+    method: Method,
+    params: Map<String, Value>,
+) -> Response<Body> {
+    let (frames_tx, mut frames_rx) = mpsc::channel::<Frame>(16);
+    let (notes_tx, mut notes_rx) = mpsc::channel::<Vec<u8>>(16);
+    let server = endpoint.server.clone();
+    let reply_id = id.clone();
+    let task = tokio::spawn(async move {
+        let env = RequestEnv {
+            principal,
+            meta,
+            notifier: Some(Notifier::new(notes_tx)),
+            era,
+        };
+        let forward = frames_tx.clone();
+        let relay = async move {
+            while let Some(note) = notes_rx.recv().await {
+                if forward.send(Frame::Notification(note)).await.is_err() {
+                    break;
+                }
+            }
+        };
+        // Notifications are relayed as they come; the relay ends when the handler drops its notifier.
+        let (reply, ()) = tokio::join!(server.handle(method, &params, env), relay);
+        let last = reply.map(|reply| success_bytes(&reply_id, &reply));
+        let _ = frames_tx.send(Frame::Final(last)).await;
+    });
+    let guard = sse::AbortOnDrop(task.abort_handle());
+    let first = match frames_rx.recv().await {
+        Some(Frame::Final(Ok(body))) => return sse::json(StatusCode::OK, body),
+        Some(Frame::Final(Err(e))) => return error_response(Some(&id), &e),
+        Some(Frame::Notification(note)) => sse::frame(&note),
+        None => {
+            return error_response(
+                Some(&id),
+                &ProtocolError::internal("the request ended without a response"),
+            );
+        }
+    };
+    let rest = ReceiverStream::new(frames_rx).map(move |frame| match frame {
+        Frame::Notification(note) => sse::frame(&note),
+        Frame::Final(Ok(body)) => sse::frame(&body),
+        Frame::Final(Err(e)) => sse::frame(&error_bytes(Some(&id), &e)),
+    });
+    sse::stream(
+        futures::stream::once(async { first }).chain(rest),
+        guard,
+        None,
+    )
+}
+
+/// What the client accepts.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Accept {
+    pub(super) sse: bool,
+}
+
+impl Accept {
+    /// `None` when the client accepts neither JSON nor SSE.
+    pub(super) fn from_headers(headers: &HeaderMap) -> Option<Self> {
+        let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+            return Some(Self { sse: true });
+        };
+        let (mut json, mut sse) = (false, false);
+        for media_type in accept
+            .split(',')
+            .map(|t| t.split(';').next().unwrap_or_default().trim())
+        {
+            match media_type {
+                "*/*" => (json, sse) = (true, true),
+                "application/json" | "application/*" => json = true,
+                "text/event-stream" | "text/*" => sse = true,
+                _ => {}
+            }
+        }
+        (json || sse).then_some(Self { sse })
+    }
+}
+
+pub(super) fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
+}
+
+pub(super) fn error_response(id: Option<&RequestId>, e: &ProtocolError) -> Response<Body> {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    error(status, id, e)
+}
+
+pub(super) fn error(
+    status: StatusCode,
+    id: Option<&RequestId>,
+    e: &ProtocolError,
+) -> Response<Body> {
+    sse::json(status, error_bytes(id, e))
+}
+
+pub(super) fn unauthorized(id: &RequestId, reason: &str) -> Response<Body> {
+    let mut response = error(
+        StatusCode::UNAUTHORIZED,
+        Some(id),
+        &ProtocolError::invalid_request(format!("Unauthorized: {reason}")),
+    );
+    let challenge = format!(
+        "Bearer error=\"invalid_token\", error_description=\"{}\"",
+        reason.replace('"', "'")
+    );
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+/// HTTP 202 with no body: a notification or a client's answer was taken.
+pub(super) fn accepted() -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::ACCEPTED)
+        .body(Body::empty())
+        .unwrap_or_default()
+}
+
+/// GET and DELETE without the `legacy` feature: only POST is served.
+#[cfg(not(feature = "legacy"))]
+pub(super) async fn method_not_allowed() -> Response<Body> {
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    response
+}
