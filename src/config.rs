@@ -60,6 +60,22 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// The library's settings for these arguments.
+    pub fn settings(&self) -> mcp_mrtr::service::Settings {
+        mcp_mrtr::service::Settings {
+            state_keys: self.state_keys.clone(),
+            state_ttl: self.state_ttl(),
+            memory_capacity: self.continuation_capacity,
+            redis: self.redis(),
+            allowed_origins: self.allowed_origins.clone(),
+            loopback: self.bind.ip().is_loopback(),
+            max_body_bytes: self.max_body_bytes,
+            keepalive: Duration::from_secs(self.keepalive_secs.max(1)),
+            legacy_request_timeout: Duration::from_secs(self.legacy_request_timeout_secs.max(1)),
+            legacy_session_ttl: Duration::from_secs(self.legacy_session_ttl_secs.max(60)),
+        }
+    }
+
     /// Where replicas share state, when Redis is configured.
     pub fn redis(&self) -> Option<crate::store::RedisStoreConfig> {
         self.redis_url

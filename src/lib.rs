@@ -5,33 +5,30 @@
 //!
 //! ## Layout
 //!
-//! The crate is layered; each layer knows only the ones below it.
+//! The MCP machinery is the [`mcp_mrtr`] library crate (`crates/mcp-mrtr`), which knows nothing
+//! about movies; its modules are re-exported here under the same names. This crate adds the movie
+//! domain and the binary around it.
 //!
-//! - [`protocol`]: wire types — the JSON-RPC envelope, `_meta`, input requests and responses,
-//!   content, error codes.
-//! - [`mrtr`]: the MRTR engine — the handler context (`ctx.elicit(...)`), rounds and the sealed
-//!   `requestState`.
-//! - [`store`]: the continuation store behind `requestState` (in memory, or Redis for replicas).
-//! - [`registry`]: tools, prompts and resources with their handlers.
-//! - [`server`]: method dispatch over a registry; change events for `subscriptions/listen`.
-//! - [`transport`]: Streamable HTTP (axum) — header and Origin validation, JSON or SSE replies.
-//! - [`app`] and [`config`]: assembling all of it from configuration and serving it.
+//! - [`moviedb`]: the catalogue (SQLite or PostgreSQL), review summaries (server-side or an LLM
+//!   provider) and the movie tools. It knows tools and `RequestContext`, never HTTP.
+//! - [`auth`]: sign-in with HS256 JWTs (`moviedb-mcp token`), on the library's principal.
+//! - [`config`] and [`app`]: the `MOVIEDB_*` settings and running the endpoint from them.
+//! - From the library: [`protocol`] (wire types), [`mrtr`] (the engine: `ctx.elicit`, rounds,
+//!   sealed `requestState`), [`store`] (continuations and sessions, memory or Redis),
+//!   [`registry`], [`server`] (dispatch) and [`transport`] (Streamable HTTP).
 //!
 //! ## The path of a request
 //!
 //! `POST /mcp` → [`transport`] checks Origin, content type, size, the `MCP-Protocol-Version`,
 //! `Mcp-Method` and `Mcp-Name` headers against the body and the `_meta` → [`server::Server`]
 //! finds the tool → [`mrtr::Engine`] opens any `requestState`, takes its continuation, runs the
-//! handler → the handler either completes, or asks through its [`mrtr::RequestContext`] and the
-//! engine answers `input_required` with a freshly sealed state.
+//! tool (say [`moviedb::tools`]' `addToWatchlist`) → the tool either completes, or asks through
+//! its [`mrtr::RequestContext`] and the engine answers `input_required` with a freshly sealed
+//! state.
 
 pub mod app;
 pub mod auth;
 pub mod config;
 pub mod moviedb;
-pub mod mrtr;
-pub mod protocol;
-pub mod registry;
-pub mod server;
-pub mod store;
-pub mod transport;
+
+pub use mcp_mrtr::{mrtr, protocol, registry, server, store, transport};

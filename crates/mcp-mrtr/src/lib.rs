@@ -1,0 +1,123 @@
+//! # mcp-mrtr
+//!
+//! A Model Context Protocol server library for revision 2026-07-28, built around Multi
+//! Round-Trip Requests (MRTR): a tool asks for what it needs in straight-line code, and the
+//! library turns each question into an `input_required` round, seals the state the client
+//! echoes back, parks the continuation in a store any replica can read, and runs the tool again
+//! when the answers come. With the `legacy` feature the same tools serve 2025-11-25 clients,
+//! whose questions become server-initiated requests on the call's stream.
+//!
+//! ## A server in a page
+//!
+//! A tool that asks the user a question, and the two rounds a client goes through to get its
+//! result (this example runs as a test):
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use mcp_mrtr::auth::AnonymousOnly;
+//! use mcp_mrtr::mrtr::{HandlerError, RequestContext};
+//! use mcp_mrtr::protocol::content::CallToolResult;
+//! use mcp_mrtr::protocol::input::Elicitation;
+//! use mcp_mrtr::registry::{Registry, Tool};
+//! use mcp_mrtr::server::{Events, ServerInfo};
+//! use mcp_mrtr::service::{self, Settings};
+//! use serde_json::{Value, json};
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Order {
+//!     /// What to order.
+//!     item: String,
+//! }
+//!
+//! /// Asks how many, then confirms. Nothing here knows about rounds or state: on the first call
+//! /// `elicit` ends the call with `input_required`; on the retry it returns the answer.
+//! async fn order(ctx: RequestContext, order: Order) -> Result<CallToolResult, HandlerError> {
+//!     let form = json!({
+//!         "type": "object",
+//!         "properties": { "count": { "type": "integer", "minimum": 1 } },
+//!         "required": ["count"]
+//!     });
+//!     let count = match ctx.elicit("count", "How many?", form).await? {
+//!         Elicitation::Accepted(answer) => answer["count"].as_u64().unwrap_or(1),
+//!         _ => 1, // declined, cancelled, or a client that cannot show forms
+//!     };
+//!     Ok(CallToolResult::text(format!("Ordered {count} × {}", order.item)))
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> anyhow::Result<()> {
+//!     let mut registry = Registry::new();
+//!     registry.add_tool(Tool::new("order", "Orders an item.", order));
+//!     let info = ServerInfo { name: "shop".into(), version: "1.0.0".into(), instructions: None };
+//!     let events = Events::new();
+//!     let router =
+//!         service::router(&Settings::default(), registry, info, events, Arc::new(AnonymousOnly))
+//!             .await?;
+//!     // `service::serve(address, router, shutdown)` serves for real; here, a free port.
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//!     let url = format!("http://{}{}", listener.local_addr()?, service::MCP_PATH);
+//!     tokio::spawn(mcp_mrtr::transport::serve(listener, router, std::future::pending()));
+//!
+//!     let tea = json!({"item": "tea"});
+//!     let first = call(&url, json!({"name": "order", "arguments": tea})).await?;
+//!     assert_eq!(first["resultType"], "input_required");
+//!     assert_eq!(first["inputRequests"]["count"]["params"]["message"], "How many?");
+//!
+//!     // The retry: a new request with the answer and the echoed requestState.
+//!     let answer = json!({"count": {"action": "accept", "content": {"count": 2}}});
+//!     let state = first["requestState"].clone();
+//!     let params = json!({"name": "order", "arguments": tea,
+//!                         "inputResponses": answer, "requestState": state});
+//!     let done = call(&url, params).await?;
+//!     assert_eq!(done["content"][0]["text"], "Ordered 2 × tea");
+//!     Ok(())
+//! }
+//!
+//! /// `tools/call` as a 2026-07-28 client that can show forms sends it; returns the result.
+//! async fn call(url: &str, mut params: Value) -> anyhow::Result<Value> {
+//!     params["_meta"] = json!({
+//!         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+//!         "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+//!     });
+//!     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+//!     let reply: Value = reqwest::Client::new()
+//!         .post(url)
+//!         .header("MCP-Protocol-Version", "2026-07-28")
+//!         .header("Mcp-Method", "tools/call")
+//!         .header("Mcp-Name", "order")
+//!         .json(&body)
+//!         .send()
+//!         .await?
+//!         .json()
+//!         .await?;
+//!     Ok(reply["result"].clone())
+//! }
+//! ```
+//!
+//! ## Layout
+//!
+//! Layered; each module knows only the ones above it in this list.
+//!
+//! - [`protocol`]: wire types — the JSON-RPC envelope, [`protocol::Method`], `_meta`, input
+//!   requests and responses, content, error codes.
+//! - [`auth`]: who is calling ([`auth::Principal`]) and the [`auth::Authenticator`] that says.
+//! - [`store`]: where continuations wait between rounds ([`store::ContinuationStore`], take at
+//!   most once) and where sessions live ([`store::SessionStore`]); in memory, or Redis for
+//!   replicas.
+//! - [`mrtr`]: the engine — the handler's [`mrtr::RequestContext`], the [`mrtr::Asker`] its
+//!   questions go to (rounds, or a live 2025-11-25 peer), and the sealed `requestState`.
+//! - [`registry`]: tools, prompts and resources with their handlers and portable JSON schemas.
+//! - [`server`]: method dispatch over a registry; change events for `subscriptions/listen`.
+//! - [`transport`]: Streamable HTTP (axum) — the front door, the 2026-07-28 wire, the legacy
+//!   wire, responses and SSE.
+//! - [`service`]: all of it assembled from plain [`service::Settings`].
+
+pub mod auth;
+pub mod mrtr;
+pub mod protocol;
+pub mod registry;
+pub mod server;
+pub mod service;
+pub mod store;
+pub mod transport;

@@ -1,0 +1,185 @@
+//! Assembling a server: sealing keys, the continuation and session stores (Redis when
+//! configured, in memory otherwise), the engine, the protocol server and its HTTP router, from
+//! plain [`Settings`]. A binary maps its own configuration (command line, environment) onto them.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::auth::Authenticator;
+use crate::mrtr::{Engine, StateSealer};
+use crate::registry::Registry;
+use crate::server::{Events, Server, ServerInfo};
+use crate::store::{
+    ContinuationStore, MemoryStore, RedisEventRelay, RedisStore, RedisStoreConfig, SessionStore,
+};
+use crate::transport::{self, OriginPolicy, TransportOptions};
+
+/// The MCP endpoint path.
+pub const MCP_PATH: &str = "/mcp";
+
+/// How to serve. [`Settings::default`] is a server alone on localhost with development keys.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// requestState sealing keys, `id:base64-32-bytes[,id:key…]`; the first seals, all open.
+    /// `None` generates a development key (states then do not survive a restart and no other
+    /// replica can open them), and says so in the log.
+    pub state_keys: Option<String>,
+    /// How long a client has to answer a round before its requestState expires.
+    pub state_ttl: Duration,
+    /// Most continuations (and, apart, sessions) kept in memory at once.
+    pub memory_capacity: u64,
+    /// The shared store of replicas; in memory when `None`.
+    pub redis: Option<RedisStoreConfig>,
+    /// Origins allowed besides localhost (`*` allows any).
+    pub allowed_origins: Vec<String>,
+    /// Whether the server listens on a loopback address (localhost origins are then allowed).
+    pub loopback: bool,
+    /// Largest request body accepted, in bytes (larger ones get HTTP 413).
+    pub max_body_bytes: usize,
+    /// Period of keep-alive comments on long-lived streams.
+    pub keepalive: Duration,
+    /// 2025-11-25 sessions: how long a tool waits for the client's answer to its question.
+    pub legacy_request_timeout: Duration,
+    /// 2025-11-25 sessions: how long an idle session lives.
+    pub legacy_session_ttl: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            state_keys: None,
+            state_ttl: Duration::from_secs(600),
+            memory_capacity: 100_000,
+            redis: None,
+            allowed_origins: Vec::new(),
+            loopback: true,
+            max_body_bytes: 1024 * 1024,
+            keepalive: Duration::from_secs(15),
+            legacy_request_timeout: Duration::from_secs(20),
+            legacy_session_ttl: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// Where continuations and sessions are kept.
+struct Stores {
+    continuations: Arc<dyn ContinuationStore>,
+    #[cfg_attr(not(feature = "legacy"), allow(dead_code))]
+    sessions: Arc<dyn SessionStore>,
+}
+
+async fn stores(settings: &Settings) -> anyhow::Result<Stores> {
+    let Some(config) = &settings.redis else {
+        tracing::info!(
+            capacity = settings.memory_capacity,
+            "continuations kept in memory"
+        );
+        let store = Arc::new(MemoryStore::new(settings.memory_capacity));
+        return Ok(Stores {
+            continuations: store.clone(),
+            sessions: store,
+        });
+    };
+    let store = Arc::new(
+        RedisStore::connect(config.clone())
+            .await
+            .context("connecting to the Redis continuation store")?,
+    );
+    tracing::info!(prefix = %config.prefix, "continuations kept in Redis");
+    Ok(Stores {
+        continuations: store.clone(),
+        sessions: store,
+    })
+}
+
+/// The MRTR engine: the configured sealing keys (or a logged development key) and `store`.
+fn engine(settings: &Settings, store: Arc<dyn ContinuationStore>) -> anyhow::Result<Engine> {
+    let sealer = match &settings.state_keys {
+        Some(spec) => StateSealer::from_spec(spec)
+            .map_err(anyhow::Error::msg)
+            .context("the requestState sealing keys")?,
+        None => {
+            tracing::warn!(
+                "no requestState sealing keys configured: generated a development key; \
+                 states will not survive a restart or open on another replica"
+            );
+            StateSealer::generate()
+        }
+    };
+    tracing::info!(
+        key_id = sealer.active_key_id(),
+        "requestState sealing ready"
+    );
+    Ok(Engine::new(sealer, store, settings.state_ttl))
+}
+
+/// The protocol server over `registry` and its HTTP router, serving MCP at [`MCP_PATH`]. With
+/// Redis configured, `events` are relayed through it, so `subscriptions/listen` streams on every
+/// replica hear about every change.
+pub async fn router(
+    settings: &Settings,
+    registry: Registry,
+    info: ServerInfo,
+    events: Events,
+    authenticator: Arc<dyn Authenticator>,
+) -> anyhow::Result<axum::Router> {
+    if let Some(config) = &settings.redis {
+        let relay = RedisEventRelay::connect(config, "events")
+            .await
+            .context("connecting the change-event relay to Redis")?;
+        tracing::info!(
+            channel = relay.channel(),
+            "change events relayed through Redis"
+        );
+        events.relay_through(relay);
+    }
+    let stores = stores(settings).await?;
+    let server = Server::new(
+        registry,
+        engine(settings, stores.continuations)?,
+        info,
+        events,
+    );
+    let options = TransportOptions {
+        origin: OriginPolicy::new(settings.allowed_origins.clone(), settings.loopback),
+        authenticator,
+        max_body_bytes: settings.max_body_bytes,
+        keepalive: settings.keepalive,
+        #[cfg(feature = "legacy")]
+        legacy: crate::transport::LegacyOptions {
+            request_timeout: settings.legacy_request_timeout,
+            session_ttl: settings.legacy_session_ttl,
+            sessions: stores.sessions,
+            answer_relay: match &settings.redis {
+                Some(config) => Some(
+                    RedisEventRelay::connect(config, "answers")
+                        .await
+                        .context("connecting the legacy answer relay to Redis")?,
+                ),
+                None => None,
+            },
+        },
+    };
+    Ok(transport::router(server, options, MCP_PATH))
+}
+
+/// Serves `router` on `bind` until `shutdown` resolves.
+pub async fn serve(
+    bind: SocketAddr,
+    router: axum::Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .with_context(|| format!("cannot listen on {bind}"))?;
+    tracing::info!(
+        "MCP endpoint on http://{}{MCP_PATH}",
+        listener.local_addr()?
+    );
+    transport::serve(listener, router, shutdown).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
