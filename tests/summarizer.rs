@@ -9,7 +9,7 @@
 
 mod support;
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -17,10 +17,11 @@ use std::time::Duration;
 
 use moviedb_mcp::moviedb::model::Review;
 use moviedb_mcp::moviedb::summary;
-use rand::RngCore;
 use serde_json::{Value, json};
 use sqlx::Connection as _;
 use sqlx::sqlite::SqliteConnection;
+use support::cluster::{free_port, random_hex, shared_redis_url as redis_url};
+use support::movies::structured;
 use support::openai::{Answer, FakeProvider};
 use support::{Client, EventStream, Reply};
 
@@ -528,22 +529,6 @@ fn assert_progress_then_result(reply: &Reply, token: &Value) {
     );
 }
 
-/// The `structuredContent` of a successful call.
-fn structured(reply: &Reply) -> &Value {
-    assert_eq!(reply.status.as_u16(), 200, "{}", reply.body_text());
-    let result = reply.result();
-    assert_eq!(result["resultType"], "complete", "{}", reply.body_text());
-    assert_ne!(
-        result["isError"],
-        json!(true),
-        "a tool error: {}",
-        reply.body_text()
-    );
-    result
-        .get("structuredContent")
-        .unwrap_or_else(|| panic!("no structuredContent: {}", reply.body_text()))
-}
-
 /// Reads `stream` until the progress notification `progress`.
 async fn read_until_progress(stream: &mut EventStream, progress: f64) {
     loop {
@@ -573,24 +558,6 @@ async fn read_result(stream: &mut EventStream) -> Value {
 
 /// How long the server may take to accept connections (it migrates and seeds first).
 const STARTUP_LIMIT: Duration = Duration::from_secs(30);
-
-fn redis_url() -> String {
-    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-fn random_hex(bytes: usize) -> String {
-    let mut raw = vec![0u8; bytes];
-    rand::thread_rng().fill_bytes(&mut raw);
-    raw.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A port that was free a moment ago.
-fn free_port() -> u16 {
-    TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("bind 127.0.0.1:0 to find a free port")
-}
 
 /// A data folder (SQLite catalogue, development secret), removed when the last server using it
 /// is gone.

@@ -6,7 +6,9 @@ use axum::http::HeaderMap;
 /// The caller of one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
+    /// No credentials were presented, or the authenticator does not distinguish callers.
     Anonymous,
+    /// An authenticated user, by the name the authenticator gave them.
     User(String),
 }
 
@@ -19,6 +21,7 @@ impl Principal {
         }
     }
 
+    /// The user's name, or `None` for an anonymous caller.
     pub fn user(&self) -> Option<&str> {
         match self {
             Self::Anonymous => None,
@@ -34,6 +37,7 @@ pub struct AuthError(pub String);
 
 /// Resolves the principal of a request from its HTTP headers.
 pub trait Authenticator: Send + Sync + 'static {
+    /// The caller named by `headers`, or an [`AuthError`] to refuse the request with HTTP 401.
     fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthError>;
 }
 

@@ -113,6 +113,8 @@
 //!   wire, responses and SSE.
 //! - [`service`]: all of it assembled from plain [`service::Settings`].
 
+#![warn(missing_docs)]
+
 pub mod auth;
 pub mod mrtr;
 pub mod protocol;

@@ -33,8 +33,11 @@ pub trait Asker: Send + Sync + 'static {
 /// One answer, of the kind its question asked for.
 #[derive(Debug, Clone)]
 pub enum Answer {
+    /// The user's answer to an `elicitation/create` question.
     Elicitation(Elicitation),
+    /// The client's answer to a `sampling/createMessage` question.
     Sampling(Sampling),
+    /// The client's answer to a `roots/list` question.
     Roots(Roots),
 }
 

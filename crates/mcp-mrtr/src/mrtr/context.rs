@@ -57,14 +57,17 @@ impl RequestContext {
         self.inner.asker.answers_live()
     }
 
+    /// Who made the request, as resolved by the server's authenticator.
     pub fn principal(&self) -> &Principal {
         &self.inner.principal
     }
 
+    /// The client capabilities declared on this request (or, for a legacy session, at initialize).
     pub fn capabilities(&self) -> &ClientCapabilities {
         &self.inner.meta.capabilities
     }
 
+    /// Everything the request's `_meta` said: protocol version, client info, log level and so on.
     pub fn meta(&self) -> &RequestMeta {
         &self.inner.meta
     }

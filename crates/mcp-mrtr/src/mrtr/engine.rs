@@ -39,8 +39,11 @@ pub struct Call<'a> {
     pub arguments: &'a Value,
     /// The request params, where `inputResponses` and `requestState` live.
     pub params: &'a Map<String, Value>,
+    /// Who is calling; a state only resumes for the principal it was sealed for.
     pub principal: Principal,
+    /// The request's `_meta`, passed to the handler's context.
     pub meta: RequestMeta,
+    /// Where progress and log notifications go; `None` when the reply is plain JSON, not a stream.
     pub notifier: Option<Notifier>,
     /// Set when a live peer answers questions during the call (a 2025-11-25 session): then there
     /// are no rounds and no `requestState`.
@@ -49,14 +52,18 @@ pub struct Call<'a> {
 
 /// How a round ended.
 pub enum Outcome<T> {
+    /// The handler finished with a result.
     Complete(T),
+    /// The handler is waiting for answers; send this as the round's result.
     InputRequired(InputRequired),
 }
 
 /// An `input_required` result: the questions of this round and the sealed state to echo back.
 #[derive(Debug, Clone)]
 pub struct InputRequired {
+    /// The questions of this round, keyed and in the order asked; sent as `inputRequests`.
     pub requests: Vec<(String, InputRequest)>,
+    /// The sealed state the client echoes as `requestState` on the retry.
     pub request_state: String,
 }
 
@@ -85,6 +92,8 @@ struct Continuation {
 }
 
 impl Engine {
+    /// An engine that seals states with `sealer`, parks continuations in `store`, and lets each
+    /// state and its continuation live for `state_ttl`.
     pub fn new(
         sealer: StateSealer,
         store: Arc<dyn ContinuationStore>,
@@ -97,6 +106,7 @@ impl Engine {
         }
     }
 
+    /// The sealer that protects `requestState`.
     pub fn sealer(&self) -> &StateSealer {
         &self.sealer
     }

@@ -7,8 +7,11 @@ use crate::protocol::ProtocolError;
 /// client, or an internal failure (logged, reported as -32603).
 #[derive(Debug)]
 pub enum HandlerError {
+    /// A round of questions awaits the client; the engine answers the call with `input_required`.
     InputRequired(InputPending),
+    /// The request is refused with this JSON-RPC error.
     Protocol(ProtocolError),
+    /// The handler failed; logged, and the client sees a generic -32603.
     Internal(anyhow::Error),
 }
 

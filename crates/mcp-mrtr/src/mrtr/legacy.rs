@@ -73,6 +73,7 @@ pub struct LegacyPeer {
 }
 
 impl LegacyPeer {
+    /// A peer that registers its questions in `pending` and waits up to `timeout` for each answer.
     pub fn new(pending: Arc<PendingAnswers>, timeout: Duration) -> Self {
         Self { pending, timeout }
     }

@@ -20,19 +20,25 @@ const FIXED_CLAIMS_LEN: usize = 8 + 16 + 32;
 /// What a sealed state asserts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateClaims {
+    /// The parked continuation the state points at.
     pub continuation: ContinuationId,
+    /// The caller's [`Principal::id`](crate::auth::Principal::id); others cannot resume the state.
     pub principal: String,
+    /// SHA-256 of the method, name and arguments, so the state resumes only the same request.
     pub request_digest: [u8; 32],
     /// Seconds since the Unix epoch.
     pub expires_at: u64,
 }
 
+/// Why a `requestState` could not be opened; sent to the client as -32602.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SealError {
     #[error(
         "requestState failed its integrity check (it was altered, truncated or sealed by another server)"
     )]
+    /// The state is not one this server sealed intact: bad encoding, wrong format or failed tag.
     Tampered,
+    /// The state names a key id missing from this server's key ring (rotated out, or foreign).
     #[error("requestState was sealed with key {0:?}, which this server does not have")]
     UnknownKey(String),
 }
@@ -95,10 +101,12 @@ impl StateSealer {
         format!("{id}:{}", STANDARD.encode(material))
     }
 
+    /// The id of the key that seals new states (the first in the spec).
     pub fn active_key_id(&self) -> &str {
         &self.keys[0].0
     }
 
+    /// Seals `claims` into an opaque URL-safe string to send as `requestState`.
     pub fn seal(&self, claims: &StateClaims) -> String {
         let (key_id, cipher) = &self.keys[0];
         // One buffer: the header (authenticated, in clear), the nonce, the claims encrypted in
@@ -125,6 +133,7 @@ impl StateSealer {
         URL_SAFE_NO_PAD.encode(out)
     }
 
+    /// Opens a `requestState` and checks its integrity; the caller checks expiry and bindings.
     pub fn open(&self, state: &str) -> Result<StateClaims, SealError> {
         let mut raw = URL_SAFE_NO_PAD
             .decode(state)

@@ -11,17 +11,39 @@ use serde_json::Value;
     rename_all_fields = "camelCase"
 )]
 pub enum Content {
-    Text { text: String },
-    Image { data: String, mime_type: String },
-    Audio { data: String, mime_type: String },
-    Resource { resource: ResourceContents },
+    /// Plain text (`"type": "text"`).
+    Text {
+        /// The text itself.
+        text: String,
+    },
+    /// An image (`"type": "image"`).
+    Image {
+        /// The image bytes, base64-encoded.
+        data: String,
+        /// The image format, such as `image/png`; sent as `mimeType`.
+        mime_type: String,
+    },
+    /// A sound clip (`"type": "audio"`).
+    Audio {
+        /// The audio bytes, base64-encoded.
+        data: String,
+        /// The audio format, such as `audio/wav`; sent as `mimeType`.
+        mime_type: String,
+    },
+    /// A resource's contents embedded in the message (`"type": "resource"`).
+    Resource {
+        /// The embedded contents.
+        resource: ResourceContents,
+    },
 }
 
 impl Content {
+    /// A `text` block.
     pub fn text(text: impl Into<String>) -> Self {
         Self::Text { text: text.into() }
     }
 
+    /// An `image` block from base64-encoded bytes and their MIME type.
     pub fn image(base64: impl Into<String>, mime_type: impl Into<String>) -> Self {
         Self::Image {
             data: base64.into(),
@@ -29,6 +51,7 @@ impl Content {
         }
     }
 
+    /// An `audio` block from base64-encoded bytes and their MIME type.
     pub fn audio(base64: impl Into<String>, mime_type: impl Into<String>) -> Self {
         Self::Audio {
             data: base64.into(),
@@ -36,6 +59,7 @@ impl Content {
         }
     }
 
+    /// A `resource` block embedding a resource's contents.
     pub fn resource(resource: ResourceContents) -> Self {
         Self::Resource { resource }
     }
@@ -45,16 +69,21 @@ impl Content {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceContents {
+    /// The resource's URI, as listed by `resources/list` or matched by a template.
     pub uri: String,
+    /// The MIME type of the contents, if known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<String>,
+    /// The contents as text, for text resources; exclusive with `blob`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// The contents as base64-encoded bytes, for binary resources; exclusive with `text`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blob: Option<String>,
 }
 
 impl ResourceContents {
+    /// Text contents of the resource at `uri`.
     pub fn text(
         uri: impl Into<String>,
         mime_type: impl Into<String>,
@@ -68,6 +97,7 @@ impl ResourceContents {
         }
     }
 
+    /// Binary contents of the resource at `uri`, already base64-encoded.
     pub fn blob(
         uri: impl Into<String>,
         mime_type: impl Into<String>,
@@ -86,14 +116,18 @@ impl ResourceContents {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CallToolResult {
+    /// The blocks the model reads as the tool's output.
     pub content: Vec<Content>,
+    /// A JSON value matching the tool's output schema, if it declares one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub structured_content: Option<Value>,
+    /// Set when the tool failed in a way the model should see; sent as `isError: true`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
 }
 
 impl CallToolResult {
+    /// A successful result made of `content` blocks.
     pub fn content(content: Vec<Content>) -> Self {
         Self {
             content,
@@ -102,6 +136,7 @@ impl CallToolResult {
         }
     }
 
+    /// A successful result with a single text block.
     pub fn text(text: impl Into<String>) -> Self {
         Self::content(vec![Content::text(text)])
     }
@@ -129,11 +164,14 @@ impl CallToolResult {
 /// A message of a prompt.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PromptMessage {
+    /// Who speaks the message: `"user"` or `"assistant"`.
     pub role: &'static str,
+    /// What the message says.
     pub content: Content,
 }
 
 impl PromptMessage {
+    /// A message spoken by the user.
     pub fn user(content: Content) -> Self {
         Self {
             role: "user",
@@ -145,13 +183,16 @@ impl PromptMessage {
 /// The result of `prompts/get`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GetPromptResult {
+    /// A description of the rendered prompt, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The messages the prompt expands to, in order.
     pub messages: Vec<PromptMessage>,
 }
 
 /// The result of `resources/read`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReadResourceResult {
+    /// The resource's contents; a URI may expand to several entries.
     pub contents: Vec<ResourceContents>,
 }

@@ -3,26 +3,38 @@
 
 use serde_json::{Value, json};
 
+/// JSON-RPC: the body is not valid JSON.
 pub const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC: the JSON is not a valid request object.
 pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC: the method does not exist or is not available on this wire.
 pub const METHOD_NOT_FOUND: i64 = -32601;
+/// JSON-RPC: the method's params are missing or malformed.
 pub const INVALID_PARAMS: i64 = -32602;
+/// JSON-RPC: the server failed while handling the request.
 pub const INTERNAL_ERROR: i64 = -32603;
+/// MCP: an `Mcp-*` HTTP header is missing, unreadable, or disagrees with the JSON-RPC body.
 pub const HEADER_MISMATCH: i64 = -32020;
+/// MCP: the request needs a client capability it did not declare; `data` lists which.
 pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+/// MCP: the requested protocol revision is not served; `data` lists the supported ones.
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 /// A JSON-RPC error object, plus the HTTP status it is sent with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProtocolError {
+    /// The JSON-RPC error code, one of the constants in this module or another application code.
     pub code: i64,
+    /// A short human-readable description of the error.
     pub message: String,
+    /// Structured detail sent as the error's `data` member, if any.
     pub data: Option<Value>,
     /// Set when the status differs from the one the code implies (a `_meta` error is -32602 but 400).
     status_override: Option<u16>,
 }
 
 impl ProtocolError {
+    /// An error with `code` and `message`, no data, sent with the status its code implies.
     pub fn new(code: i64, message: impl Into<String>) -> Self {
         Self {
             code,
@@ -32,28 +44,34 @@ impl ProtocolError {
         }
     }
 
+    /// Attaches `data`, sent as the error object's `data` member.
     pub fn with_data(mut self, data: Value) -> Self {
         self.data = Some(data);
         self
     }
 
+    /// Sends the error with HTTP `status` instead of the one its code implies.
     pub fn with_status(mut self, status: u16) -> Self {
         self.status_override = Some(status);
         self
     }
 
+    /// A body that is not valid JSON: -32700 with HTTP 400.
     pub fn parse_error(detail: impl std::fmt::Display) -> Self {
         Self::new(PARSE_ERROR, format!("Parse error: {detail}")).with_status(400)
     }
 
+    /// A message that is not a valid JSON-RPC request: -32600 with HTTP 400.
     pub fn invalid_request(message: impl Into<String>) -> Self {
         Self::new(INVALID_REQUEST, message).with_status(400)
     }
 
+    /// An unknown method: -32601, sent with HTTP 404 when it is the whole response.
     pub fn method_not_found(method: &str) -> Self {
         Self::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))
     }
 
+    /// Params that are missing or malformed: -32602.
     pub fn invalid_params(message: impl Into<String>) -> Self {
         Self::new(INVALID_PARAMS, message)
     }
@@ -63,10 +81,12 @@ impl ProtocolError {
         Self::invalid_params(message).with_status(400)
     }
 
+    /// A failure inside the server: -32603, sent with HTTP 500 when it is the whole response.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(INTERNAL_ERROR, message)
     }
 
+    /// A missing, unreadable or mismatched `Mcp-*` header: -32020 with HTTP 400.
     pub fn header_mismatch(message: impl Into<String>) -> Self {
         Self::new(HEADER_MISMATCH, message)
     }
@@ -85,6 +105,7 @@ impl ProtocolError {
         .with_data(json!({ "requiredCapabilities": required }))
     }
 
+    /// A revision this server does not serve: -32022, with `data` naming the `supported` ones.
     pub fn unsupported_version(requested: &str, supported: &[&str]) -> Self {
         Self::new(
             UNSUPPORTED_PROTOCOL_VERSION,

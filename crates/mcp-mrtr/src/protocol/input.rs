@@ -10,10 +10,13 @@ use super::error::ProtocolError;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "method", content = "params")]
 pub enum InputRequest {
+    /// `elicitation/create`: ask the user to fill in a form or open a URL.
     #[serde(rename = "elicitation/create")]
     Elicit(ElicitParams),
+    /// `sampling/createMessage`: ask the client's model for a completion.
     #[serde(rename = "sampling/createMessage")]
     Sample(SamplingParams),
+    /// `roots/list`: ask which filesystem roots the client exposes.
     #[serde(rename = "roots/list")]
     ListRoots(EmptyParams),
 }
@@ -38,6 +41,7 @@ impl InputRequest {
     }
 }
 
+/// Params of a request that takes none; serializes as `{}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct EmptyParams {}
 
@@ -45,13 +49,19 @@ pub struct EmptyParams {}
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "mode", rename_all = "lowercase")]
 pub enum ElicitParams {
+    /// `"mode": "form"`: the client shows a form built from a flat JSON schema.
     Form {
+        /// What to tell the user about why the input is needed.
         message: String,
+        /// The flat JSON schema (object of primitive properties) the form is built from.
         #[serde(rename = "requestedSchema")]
         requested_schema: Value,
     },
+    /// `"mode": "url"`: the client offers the user a URL to open, out of band.
     Url {
+        /// What to tell the user about why they should open the URL.
         message: String,
+        /// The URL to open.
         url: String,
     },
 }
@@ -60,10 +70,14 @@ pub enum ElicitParams {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SamplingParams {
+    /// The conversation to complete, oldest first.
     pub messages: Vec<SamplingMessage>,
+    /// An optional system prompt; the client may ignore or change it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
+    /// The most tokens the completion may use.
     pub max_tokens: u32,
+    /// Sampling temperature, if the server has a preference.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
 }
@@ -79,19 +93,24 @@ impl SamplingParams {
         }
     }
 
+    /// Adds a system prompt.
     pub fn with_system_prompt(mut self, prompt: impl Into<String>) -> Self {
         self.system_prompt = Some(prompt.into());
         self
     }
 }
 
+/// One message of the conversation sent in a sampling request.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SamplingMessage {
+    /// Who speaks the message: `"user"` or `"assistant"`.
     pub role: &'static str,
+    /// The message's content block, such as `{"type": "text", "text": …}`.
     pub content: Value,
 }
 
 impl SamplingMessage {
+    /// A text message spoken by the user.
     pub fn user_text(text: impl Into<String>) -> Self {
         Self {
             role: "user",
@@ -117,8 +136,11 @@ impl Serialize for OrderedRequests<'_> {
 /// The user's answer to an elicitation.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Elicitation {
+    /// The user accepted; holds the submitted form content (empty if none was sent, as for URLs).
     Accepted(Map<String, Value>),
+    /// The user explicitly declined to give the input.
     Declined,
+    /// The user dismissed the request without choosing.
     Cancelled,
     /// The client did not declare the elicitation mode asked for, so the user was never asked.
     Unsupported,
@@ -160,6 +182,7 @@ impl Elicitation {
 /// The client's answer to a sampling request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Sampling {
+    /// The client's completion.
     Reply(SamplingReply),
     /// The client did not declare sampling.
     Unsupported,
@@ -167,10 +190,14 @@ pub enum Sampling {
     Failed(String),
 }
 
+/// A completion returned by the client, reduced to what tools use.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingReply {
+    /// The name of the model that produced the completion, empty if not given.
     pub model: String,
+    /// The text blocks of the completion, joined by newlines.
     pub text: String,
+    /// Why generation stopped (such as `endTurn` or `maxTokens`), if given.
     pub stop_reason: Option<String>,
 }
 
@@ -224,13 +251,16 @@ impl Sampling {
 /// A root the client exposes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Root {
+    /// The root's URI, usually a `file://` URI.
     pub uri: String,
+    /// A display name for the root, if the client gave one.
     pub name: Option<String>,
 }
 
 /// The client's answer to a roots listing.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Roots {
+    /// The roots the client listed.
     Listed(Vec<Root>),
     /// The client did not declare roots.
     Unsupported,

@@ -22,6 +22,7 @@ impl RequestId {
         }
     }
 
+    /// The id as JSON, to echo in a response or match a reply to a server-initiated request.
     pub fn as_value(&self) -> &Value {
         &self.0
     }
@@ -40,17 +41,27 @@ impl std::fmt::Display for RequestId {
 /// wire, a response to a server-initiated request.
 #[derive(Debug, Clone)]
 pub enum Incoming {
+    /// A request the client expects a response to.
     Request {
+        /// The id the response must echo.
         id: RequestId,
+        /// The JSON-RPC method name, not yet checked against the known methods.
         method: String,
+        /// The params object; empty when the message had none.
         params: Map<String, Value>,
     },
+    /// A notification, which gets no response.
     Notification {
+        /// The JSON-RPC method name, such as `notifications/cancelled`.
         method: String,
+        /// The params object; empty when the message had none.
         params: Map<String, Value>,
     },
+    /// The client's response to a server-initiated request (legacy wire only).
     Response {
+        /// The id of the server-initiated request being answered.
         id: RequestId,
+        /// `Ok` with the `result` member, or `Err` with the `error` member.
         outcome: Result<Value, Value>,
     },
 }

@@ -11,11 +11,17 @@ use super::version::{
 /// What one request says about itself in `params._meta`.
 #[derive(Debug, Clone)]
 pub struct RequestMeta {
+    /// The revision named by `io.modelcontextprotocol/protocolVersion`.
     pub protocol_version: String,
+    /// The client's `Implementation` object (name, version), if it sent one.
     pub client_info: Option<Value>,
+    /// What the client can do for this request, such as answering elicitation or sampling.
     pub capabilities: ClientCapabilities,
+    /// Least severe level of log messages to send while handling this request; none if absent.
     pub log_level: Option<LogLevel>,
+    /// The `progressToken` to tag progress notifications with; absent means send none.
     pub progress_token: Option<Value>,
+    /// W3C trace context from `_meta.traceparent`, for correlating the request with a trace.
     pub traceparent: Option<String>,
 }
 
@@ -96,13 +102,18 @@ impl RequestMeta {
 /// The client capabilities declared on one request. Never carried over between requests.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClientCapabilities {
+    /// The client can show form-mode elicitations (`elicitation.form`, or an empty `elicitation`).
     pub elicitation_form: bool,
+    /// The client can handle URL-mode elicitations (`elicitation.url`).
     pub elicitation_url: bool,
+    /// The client can answer `sampling/createMessage` requests.
     pub sampling: bool,
+    /// The client can answer `roots/list` requests.
     pub roots: bool,
 }
 
 impl ClientCapabilities {
+    /// Reads the capabilities from a `ClientCapabilities` JSON object; unknown keys are ignored.
     pub fn from_object(caps: &Map<String, Value>) -> Self {
         let elicitation = caps.get("elicitation").and_then(Value::as_object);
         // An empty `elicitation` object declares form mode, for compatibility with 2025-06-18.
@@ -120,17 +131,26 @@ impl ClientCapabilities {
 /// Log severities, in the syslog order MCP uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
+    /// `debug`: detailed information for debugging.
     Debug,
+    /// `info`: routine operational messages.
     Info,
+    /// `notice`: normal but significant events.
     Notice,
+    /// `warning`: something unexpected that does not stop the work.
     Warning,
+    /// `error`: an operation failed.
     Error,
+    /// `critical`: a component is failing.
     Critical,
+    /// `alert`: action must be taken immediately.
     Alert,
+    /// `emergency`: the system is unusable.
     Emergency,
 }
 
 impl LogLevel {
+    /// The level with the wire name `name` (such as `"warning"`), if there is one.
     pub fn parse(name: &str) -> Option<Self> {
         Some(match name {
             "debug" => Self::Debug,
@@ -145,6 +165,7 @@ impl LogLevel {
         })
     }
 
+    /// The level's name on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Debug => "debug",

@@ -6,21 +6,35 @@ use std::fmt;
 /// A request method of either era's wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Method {
+    /// `server/discover`: the server's supported revisions, capabilities and info.
     ServerDiscover,
+    /// `tools/list`: the tools the server offers.
     ToolsList,
+    /// `tools/call`: runs a tool; may answer `input_required` and be retried with the answers.
     ToolsCall,
+    /// `prompts/list`: the prompts the server offers.
     PromptsList,
+    /// `prompts/get`: renders a prompt with arguments; may ask for input like a tool call.
     PromptsGet,
+    /// `resources/list`: the concrete resources the server offers.
     ResourcesList,
+    /// `resources/read`: the contents of one resource by URI; may ask for input.
     ResourcesRead,
+    /// `resources/templates/list`: the URI templates the server can read resources from.
     ResourcesTemplatesList,
+    /// `completion/complete`: suggestions for a prompt argument or resource template variable.
     CompletionComplete,
+    /// `subscriptions/listen`: a long-lived stream of list-changed and resource-updated events.
     SubscriptionsListen,
     /// 2025-11-25 sessions only, like the four below.
     Initialize,
+    /// `ping`: a liveness check answered with an empty result.
     Ping,
+    /// `logging/setLevel`: sets the session's log level for later requests.
     LoggingSetLevel,
+    /// `resources/subscribe`: asks for `notifications/resources/updated` about one URI.
     ResourcesSubscribe,
+    /// `resources/unsubscribe`: stops the updates `resources/subscribe` asked for.
     ResourcesUnsubscribe,
 }
 

@@ -16,9 +16,15 @@ pub fn is_legacy(version: &str) -> bool {
     LEGACY_REVISIONS.contains(&version)
 }
 
+/// `_meta` key naming the protocol revision a 2026-07-28 request is written for.
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key carrying the client's `Implementation` (name and version), optional.
 pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// `_meta` key carrying the capabilities the client declares for this one request.
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key carrying the least severe log level the client wants sent for this request.
 pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// `_meta` key under which `server/discover` reports the server's name and version.
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// `_meta` key tagging each `subscriptions/listen` frame with the subscription it belongs to.
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";

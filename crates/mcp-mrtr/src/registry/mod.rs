@@ -30,41 +30,49 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Adds `tool`, replacing any tool of the same name.
     pub fn add_tool(&mut self, tool: Tool) -> &mut Self {
         self.tools.retain(|t| t.name != tool.name);
         self.tools.push(tool);
         self
     }
 
+    /// Adds `prompt`, replacing any prompt of the same name.
     pub fn add_prompt(&mut self, prompt: Prompt) -> &mut Self {
         self.prompts.retain(|p| p.name != prompt.name);
         self.prompts.push(prompt);
         self
     }
 
+    /// Adds `resource`, replacing any resource with the same URI.
     pub fn add_resource(&mut self, resource: Resource) -> &mut Self {
         self.resources.retain(|r| r.uri != resource.uri);
         self.resources.push(resource);
         self
     }
 
+    /// Adds `template`; templates are tried in the order they were added.
     pub fn add_template(&mut self, template: ResourceTemplate) -> &mut Self {
         self.templates.push(template);
         self
     }
 
+    /// The tool called `name`, listed or hidden.
     pub fn tool(&self, name: &str) -> Option<&Tool> {
         self.tools.iter().find(|t| t.name == name)
     }
 
+    /// The prompt called `name`.
     pub fn prompt(&self, name: &str) -> Option<&Prompt> {
         self.prompts.iter().find(|p| p.name == name)
     }
 
+    /// The concrete resource at exactly `uri` (templates are matched by `template_for`).
     pub fn resource(&self, uri: &str) -> Option<&Resource> {
         self.resources.iter().find(|r| r.uri == uri)
     }
@@ -81,26 +89,32 @@ impl Registry {
         self.tools.iter().filter(|t| !t.hidden)
     }
 
+    /// Prompts, in registration order, as `prompts/list` shows them.
     pub fn prompts(&self) -> &[Prompt] {
         &self.prompts
     }
 
+    /// Concrete resources, in registration order, as `resources/list` shows them.
     pub fn resources(&self) -> &[Resource] {
         &self.resources
     }
 
+    /// Resource templates, in registration order, as `resources/templates/list` shows them.
     pub fn templates(&self) -> &[ResourceTemplate] {
         &self.templates
     }
 
+    /// Whether any tool is registered; without one the `tools` capability and methods are off.
     pub fn has_tools(&self) -> bool {
         !self.tools.is_empty()
     }
 
+    /// Whether any prompt is registered; without one `prompts` capability and methods are off.
     pub fn has_prompts(&self) -> bool {
         !self.prompts.is_empty()
     }
 
+    /// Whether any resource or template is registered; without one `resources` is off.
     pub fn has_resources(&self) -> bool {
         !self.resources.is_empty() || !self.templates.is_empty()
     }

@@ -15,14 +15,19 @@ type PromptHandler = dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<Res
     + Sync;
 type Completer = dyn Fn(&str, &str) -> Vec<String> + Send + Sync;
 
+/// An argument a prompt takes, as listed in its definition.
 #[derive(Debug, Clone)]
 pub struct PromptArgument {
+    /// The argument's name, the key it has in `prompts/get` `arguments`.
     pub name: String,
+    /// What the argument means, shown to the user filling it in.
     pub description: String,
+    /// Whether `prompts/get` must supply it; missing required arguments give -32602.
     pub required: bool,
 }
 
 impl PromptArgument {
+    /// An argument `prompts/get` must supply.
     pub fn required(name: &str, description: &str) -> Self {
         Self {
             name: name.to_owned(),
@@ -31,6 +36,7 @@ impl PromptArgument {
         }
     }
 
+    /// An argument `prompts/get` may leave out.
     pub fn optional(name: &str, description: &str) -> Self {
         Self {
             name: name.to_owned(),
@@ -40,16 +46,22 @@ impl PromptArgument {
     }
 }
 
+/// A prompt template: its `prompts/list` definition and the handler that renders it.
 pub struct Prompt {
+    /// The unique name `prompts/get` asks for.
     pub name: String,
+    /// A human-friendly display name, if different from `name`.
     pub title: Option<String>,
+    /// What the prompt is for.
     pub description: String,
+    /// The arguments it takes, in the order listed.
     pub arguments: Vec<PromptArgument>,
     handler: Arc<PromptHandler>,
     completer: Option<Arc<Completer>>,
 }
 
 impl Prompt {
+    /// A prompt called `name` rendered by `handler`, which gets the request's `arguments` object.
     pub fn new<F, Fut>(name: &str, description: &str, handler: F) -> Self
     where
         F: Fn(RequestContext, Map<String, Value>) -> Fut + Send + Sync + 'static,
@@ -65,11 +77,13 @@ impl Prompt {
         }
     }
 
+    /// Sets the display title.
     pub fn title(mut self, title: &str) -> Self {
         self.title = Some(title.to_owned());
         self
     }
 
+    /// Adds an argument to the definition.
     pub fn argument(mut self, argument: PromptArgument) -> Self {
         self.arguments.push(argument);
         self
@@ -84,6 +98,7 @@ impl Prompt {
         self
     }
 
+    /// Renders the prompt with `arguments`; the handler may ask the client for input via `ctx`.
     pub fn get(
         &self,
         ctx: RequestContext,
@@ -92,6 +107,7 @@ impl Prompt {
         (self.handler)(ctx, arguments)
     }
 
+    /// Completion candidates for `argument` starting from `prefix`; none without a completer.
     pub fn complete(&self, argument: &str, prefix: &str) -> Vec<String> {
         self.completer
             .as_ref()

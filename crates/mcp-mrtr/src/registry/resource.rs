@@ -20,15 +20,21 @@ type TemplateReader = dyn Fn(RequestContext, String, TemplateVars) -> BoxFuture<
     + Send
     + Sync;
 
+/// A resource at one fixed URI: its `resources/list` definition and the reader that serves it.
 pub struct Resource {
+    /// The URI `resources/read` asks for.
     pub uri: String,
+    /// A human-readable name for the resource.
     pub name: String,
+    /// What the resource holds, if described.
     pub description: Option<String>,
+    /// The MIME type of its contents, if known.
     pub mime_type: Option<String>,
     reader: Arc<ResourceReader>,
 }
 
 impl Resource {
+    /// A resource at `uri` called `name`, served by `reader`, which gets the URI.
     pub fn new<F, Fut>(uri: &str, name: &str, reader: F) -> Self
     where
         F: Fn(RequestContext, String) -> Fut + Send + Sync + 'static,
@@ -43,20 +49,24 @@ impl Resource {
         }
     }
 
+    /// Sets the description shown in `resources/list`.
     pub fn description(mut self, description: &str) -> Self {
         self.description = Some(description.to_owned());
         self
     }
 
+    /// Sets the MIME type shown in `resources/list`.
     pub fn mime_type(mut self, mime_type: &str) -> Self {
         self.mime_type = Some(mime_type.to_owned());
         self
     }
 
+    /// Reads the resource; the reader may ask the client for input via `ctx`.
     pub fn read(&self, ctx: RequestContext) -> BoxFuture<Result<ReadResourceResult, HandlerError>> {
         (self.reader)(ctx, self.uri.clone())
     }
 
+    /// The definition shown in `resources/list`.
     pub fn definition(&self) -> Value {
         let mut def = json!({ "uri": self.uri, "name": self.name });
         if let Some(description) = &self.description {
@@ -76,16 +86,23 @@ enum Segment {
     Variable(String),
 }
 
+/// A family of resources whose URIs match a template such as `movie://{id}`.
 pub struct ResourceTemplate {
+    /// The URI template, with `{name}` variables, shown in `resources/templates/list`.
     pub uri_template: String,
+    /// A human-readable name for the family.
     pub name: String,
+    /// What the resources hold, if described.
     pub description: Option<String>,
+    /// The MIME type of their contents, if known.
     pub mime_type: Option<String>,
     segments: Vec<Segment>,
     reader: Arc<TemplateReader>,
 }
 
 impl ResourceTemplate {
+    /// A template for `uri_template` called `name`, served by `reader`, which gets the URI read
+    /// and the values its variables captured.
     pub fn new<F, Fut>(uri_template: &str, name: &str, reader: F) -> Self
     where
         F: Fn(RequestContext, String, TemplateVars) -> Fut + Send + Sync + 'static,
@@ -101,16 +118,19 @@ impl ResourceTemplate {
         }
     }
 
+    /// Sets the description shown in `resources/templates/list`.
     pub fn description(mut self, description: &str) -> Self {
         self.description = Some(description.to_owned());
         self
     }
 
+    /// Sets the MIME type shown in `resources/templates/list`.
     pub fn mime_type(mut self, mime_type: &str) -> Self {
         self.mime_type = Some(mime_type.to_owned());
         self
     }
 
+    /// Reads the resource at `uri`, whose variables captured `vars`; the reader may ask for input.
     pub fn read(
         &self,
         ctx: RequestContext,
@@ -145,6 +165,7 @@ impl ResourceTemplate {
         rest.is_empty().then_some(vars)
     }
 
+    /// The definition shown in `resources/templates/list`.
     pub fn definition(&self) -> Value {
         let mut def = json!({ "uriTemplate": self.uri_template, "name": self.name });
         if let Some(description) = &self.description {

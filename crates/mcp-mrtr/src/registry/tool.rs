@@ -18,20 +18,29 @@ type ToolHandler =
 /// A tool parameter mirrored into an `Mcp-Param-{name}` header (`x-mcp-header` in its schema).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeaderParam {
+    /// The header's name after `Mcp-Param-`, as given by `x-mcp-header`.
     pub header: String,
     /// The chain of `properties` keys leading to the parameter.
     pub path: Vec<String>,
 }
 
+/// A tool: its `tools/list` definition and the handler `tools/call` runs.
 pub struct Tool {
+    /// The unique name `tools/call` asks for.
     pub name: String,
+    /// A human-friendly display name, if different from `name`.
     pub title: Option<String>,
+    /// What the tool does, for the model deciding whether to call it.
     pub description: String,
+    /// The JSON schema of the arguments, sent as `inputSchema`.
     pub input_schema: Value,
+    /// The JSON schema of `structuredContent`, sent as `outputSchema`, if declared.
     pub output_schema: Option<Value>,
+    /// Behaviour hints sent as `annotations`, if any.
     pub annotations: Option<Value>,
     /// Callable but not listed (e.g. test hooks).
     pub hidden: bool,
+    /// Parameters the client must mirror into `Mcp-Param-*` headers, found in `input_schema`.
     pub header_params: Vec<HeaderParam>,
     handler: Arc<ToolHandler>,
 }
@@ -96,6 +105,7 @@ impl Tool {
         }
     }
 
+    /// Sets the display title.
     pub fn title(mut self, title: &str) -> Self {
         self.title = Some(title.to_owned());
         self
@@ -113,11 +123,13 @@ impl Tool {
         self
     }
 
+    /// Keeps the tool out of `tools/list`; it can still be called by name.
     pub fn hidden(mut self) -> Self {
         self.hidden = true;
         self
     }
 
+    /// Runs the handler with the raw `arguments`; it may ask the client for input via `ctx`.
     pub fn call(
         &self,
         ctx: RequestContext,

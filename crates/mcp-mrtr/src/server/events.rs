@@ -20,11 +20,16 @@ use crate::store::RedisEventRelay;
 /// Events waiting to be published; beyond this they are delivered locally only.
 const OUTBOX_CAPACITY: usize = 256;
 
+/// A change a server announces to its `subscriptions/listen` streams.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerEvent {
+    /// The set of tools changed: `notifications/tools/list_changed`.
     ToolsListChanged,
+    /// The set of prompts changed: `notifications/prompts/list_changed`.
     PromptsListChanged,
+    /// The set of resources or templates changed: `notifications/resources/list_changed`.
     ResourcesListChanged,
+    /// The resource at this URI changed: `notifications/resources/updated`.
     ResourceUpdated(String),
 }
 
@@ -78,6 +83,7 @@ impl Default for Events {
 }
 
 impl Events {
+    /// An event hub with no listeners that delivers on this server only until `relay_through`.
     pub fn new() -> Self {
         Self::default()
     }
@@ -95,6 +101,7 @@ impl Events {
         }
     }
 
+    /// A receiver of every event delivered to this server's listeners, for one stream to filter.
     pub fn subscribe(&self) -> broadcast::Receiver<ServerEvent> {
         self.shared.local.subscribe()
     }
@@ -159,10 +166,15 @@ async fn publish(
 /// What one `subscriptions/listen` stream asked for, reduced to what this server honours.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Subscription {
+    /// The id of the listen request, echoed in every frame's `_meta` as the subscription id.
     pub id: Option<RequestId>,
+    /// Send `notifications/tools/list_changed` (`toolsListChanged`).
     pub tools_list_changed: bool,
+    /// Send `notifications/prompts/list_changed` (`promptsListChanged`).
     pub prompts_list_changed: bool,
+    /// Send `notifications/resources/list_changed` (`resourcesListChanged`).
     pub resources_list_changed: bool,
+    /// URIs to send `notifications/resources/updated` for (`resourceSubscriptions`).
     pub resource_uris: Vec<String>,
 }
 
@@ -221,6 +233,7 @@ impl Subscription {
         self
     }
 
+    /// Whether this stream should be sent `event`.
     pub fn wants(&self, event: &ServerEvent) -> bool {
         match event {
             ServerEvent::ToolsListChanged => self.tools_list_changed,
@@ -253,6 +266,7 @@ impl Subscription {
         notification_bytes("notifications/subscriptions/acknowledged", &params)
     }
 
+    /// The notification frame announcing `event` on this stream, tagged with its subscription id.
     pub fn notification(&self, event: &ServerEvent) -> Vec<u8> {
         let (method, mut params) = match event {
             ServerEvent::ToolsListChanged => ("notifications/tools/list_changed", json!({})),

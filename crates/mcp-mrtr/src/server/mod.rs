@@ -22,16 +22,22 @@ use crate::registry::Registry;
 /// The identity a server reports in `server/discover`.
 #[derive(Debug, Clone)]
 pub struct ServerInfo {
+    /// The server's name, reported in `serverInfo`.
     pub name: String,
+    /// The server's version, reported in `serverInfo`.
     pub version: String,
+    /// Guidance for the client or model on how to use the server, sent as `instructions`.
     pub instructions: Option<String>,
 }
 
 /// Freshness hints on cacheable results (`ttlMs`).
 #[derive(Debug, Clone, Copy)]
 pub struct CachePolicy {
+    /// `ttlMs` on `server/discover` results.
     pub discover_ttl_ms: u64,
+    /// `ttlMs` on `tools/list`, `prompts/list`, `resources/list` and `resources/templates/list`.
     pub list_ttl_ms: u64,
+    /// `ttlMs` on `resources/read` results, which are scoped private to the caller.
     pub read_ttl_ms: u64,
 }
 
@@ -47,9 +53,13 @@ impl Default for CachePolicy {
 
 /// Who asks, with what `_meta`, and where request-scoped notifications go.
 pub struct RequestEnv {
+    /// Who is calling.
     pub principal: Principal,
+    /// The request's `_meta` (or, for a legacy session, one built from the session).
     pub meta: RequestMeta,
+    /// Where progress and log notifications go; `None` when the reply is not a stream.
     pub notifier: Option<Notifier>,
+    /// Which wire the request came in on, and so how results are shaped and questions asked.
     pub era: Era,
 }
 
@@ -63,6 +73,7 @@ pub enum Era {
     Legacy(Arc<dyn Asker>),
 }
 
+/// A protocol server: one registry, engine and event hub, shared by every request and transport.
 pub struct Server {
     registry: Registry,
     engine: Engine,
@@ -72,6 +83,8 @@ pub struct Server {
 }
 
 impl Server {
+    /// A server over `registry` that runs MRTR handlers with `engine`, reports `info` in discovery,
+    /// and publishes change events through `events`.
     pub fn new(registry: Registry, engine: Engine, info: ServerInfo, events: Events) -> Arc<Self> {
         Arc::new(Self {
             registry,
@@ -82,18 +95,22 @@ impl Server {
         })
     }
 
+    /// What the server offers.
     pub fn registry(&self) -> &Registry {
         &self.registry
     }
 
+    /// The identity reported in discovery and, for legacy sessions, in `initialize`.
     pub fn info(&self) -> &ServerInfo {
         &self.info
     }
 
+    /// The hub of change events that `subscriptions/listen` streams carry.
     pub fn events(&self) -> &Events {
         &self.events
     }
 
+    /// The MRTR engine that runs handlers and seals request states.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }

@@ -15,6 +15,7 @@ pub enum Reply {
     Complete(Value),
     /// What a tool, prompt or resource handler returned.
     Handled(Handled),
+    /// The handler is waiting for answers: an `input_required` result.
     InputRequired(InputRequired),
 }
 

@@ -26,16 +26,19 @@ use crate::protocol::ProtocolError;
 pub struct ContinuationId([u8; 16]);
 
 impl ContinuationId {
+    /// A fresh id from 128 random bits, infeasible to guess.
     pub fn random() -> Self {
         let mut id = [0u8; 16];
         rand::thread_rng().fill_bytes(&mut id);
         Self(id)
     }
 
+    /// The id held in `bytes`, if they are exactly 16 bytes long.
     pub fn from_slice(bytes: &[u8]) -> Option<Self> {
         bytes.try_into().ok().map(Self)
     }
 
+    /// The id's 16 raw bytes, as sealed into a `requestState`.
     pub fn as_bytes(&self) -> &[u8; 16] {
         &self.0
     }
@@ -58,6 +61,7 @@ impl From<StoreError> for ProtocolError {
     }
 }
 
+/// Where continuations wait between rounds, each taken at most once (see the module docs).
 #[async_trait]
 pub trait ContinuationStore: Send + Sync + 'static {
     /// Parks `payload` under `id` for at most `ttl`.

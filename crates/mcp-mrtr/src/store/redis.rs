@@ -9,8 +9,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::{ContinuationId, ContinuationStore, SessionStore, StoreError};
 
+/// How to reach the Redis server the stores share.
 #[derive(Debug, Clone)]
 pub struct RedisStoreConfig {
+    /// The Redis connection URL, such as `redis://127.0.0.1:6379`.
     pub url: String,
     /// Prepended to every key, so several deployments can share one Redis.
     pub prefix: String,
@@ -18,6 +20,7 @@ pub struct RedisStoreConfig {
     pub timeout: Duration,
 }
 
+/// Continuations and sessions kept in Redis, so every replica can resume any call.
 pub struct RedisStore {
     connection: ConnectionManager,
     prefix: String,

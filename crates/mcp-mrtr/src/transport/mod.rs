@@ -27,8 +27,11 @@ use crate::server::Server;
 
 /// HTTP-level settings of the endpoint.
 pub struct TransportOptions {
+    /// Which `Origin` (and `Host`) headers are accepted, against DNS rebinding.
     pub origin: OriginPolicy,
+    /// Resolves each request's principal from its headers.
     pub authenticator: Arc<dyn Authenticator>,
+    /// Largest request body accepted; bigger bodies are refused with HTTP 413.
     pub max_body_bytes: usize,
     /// Period of SSE comment lines on long-lived streams.
     pub keepalive: Duration,

@@ -3,6 +3,7 @@
 
 use axum::http::{HeaderMap, header};
 
+/// Which browser origins may call the endpoint; requests from others are refused with 403.
 #[derive(Debug, Clone, Default)]
 pub struct OriginPolicy {
     /// Full origins (`https://app.example.com`) or `*` for any.
@@ -12,6 +13,8 @@ pub struct OriginPolicy {
 }
 
 impl OriginPolicy {
+    /// Allows localhost origins plus `allowed` (trailing `/` ignored, `*` for any), and checks
+    /// `Host` too when `check_host` is set.
     pub fn new(allowed: Vec<String>, check_host: bool) -> Self {
         Self {
             allowed: allowed

@@ -1,0 +1,129 @@
+//! Answers across rounds: remembered work runs once, malformed answers are invalid params, extra
+//! ones are ignored, misplaced ones get the question again.
+
+use serde_json::{Value, json};
+
+use super::{alice, greet_round_one};
+use crate::support::{TestServer, accept};
+
+#[tokio::test]
+async fn remembered_work_runs_once_across_rounds() {
+    let server = TestServer::start().await;
+    let client = server.client();
+
+    let first = client.call_tool("remembered_lookup", json!({})).await;
+    assert_eq!(first.result_type(), "input_required");
+    assert!(first.input_requests().contains_key("rating"));
+    assert_eq!(server.probes.lookup_work_runs(), 1, "round 1 did the work");
+
+    let second = client
+        .retry(
+            "remembered_lookup",
+            json!({}),
+            json!({"rating": accept(json!({"stars": 5}))}),
+            Some(&first.request_state()),
+        )
+        .await;
+    assert_eq!(second.result_type(), "complete");
+    assert_eq!(
+        second.text(),
+        "lookup #1: rated 5 stars",
+        "round 2 used round 1's result"
+    );
+    assert_eq!(
+        server.probes.lookup_work_runs(),
+        1,
+        "the work was not redone in round 2"
+    );
+}
+
+#[tokio::test]
+async fn malformed_input_responses_are_invalid_params() {
+    let server = TestServer::start().await;
+    let client = server.client();
+
+    let null = client.retry("greet", json!({}), Value::Null, None).await;
+    assert_eq!(null.error_code(), -32602, "inputResponses: null");
+    assert_eq!(null.response()["id"], null.request_id.clone().unwrap());
+
+    let not_an_object = client
+        .retry("greet", json!({}), json!({"user_name": 12345}), None)
+        .await;
+    assert_eq!(not_an_object.error_code(), -32602, "a number as an answer");
+    assert!(
+        not_an_object.error_message().contains("user_name"),
+        "the error names the bad key: {}",
+        not_an_object.error_message()
+    );
+
+    assert_eq!(
+        server.probes.greet_runs(),
+        0,
+        "answers that are not objects are refused before the tool runs"
+    );
+
+    let bad_action = client
+        .retry(
+            "greet",
+            json!({}),
+            json!({"user_name": {"action": "shrug"}}),
+            None,
+        )
+        .await;
+    assert_eq!(bad_action.error_code(), -32602, "an unknown action");
+
+    // Round 1, then a malformed retry: refused, and the state is still good afterwards.
+    let state = greet_round_one(&client, json!({})).await;
+    let malformed_retry = client
+        .retry(
+            "greet",
+            json!({}),
+            json!({"user_name": 12345}),
+            Some(&state),
+        )
+        .await;
+    assert_eq!(malformed_retry.error_code(), -32602);
+    let good = client
+        .retry("greet", json!({}), alice(), Some(&state))
+        .await;
+    assert_eq!(good.text(), "Hello, Alice!");
+}
+
+#[tokio::test]
+async fn unknown_extra_input_responses_are_ignored() {
+    let server = TestServer::start().await;
+    let client = server.client();
+
+    let mut responses = alice();
+    responses["unknown_extra_key"] = accept(json!({"foo": "bar"}));
+    responses["another_unexpected"] = accept(json!({"baz": 123}));
+
+    let direct = client
+        .retry("greet", json!({}), responses.clone(), None)
+        .await;
+    assert_eq!(direct.result_type(), "complete");
+    assert_eq!(direct.text(), "Hello, Alice!");
+
+    let state = greet_round_one(&client, json!({})).await;
+    let retried = client
+        .retry("greet", json!({}), responses, Some(&state))
+        .await;
+    assert_eq!(retried.result_type(), "complete");
+    assert_eq!(retried.text(), "Hello, Alice!");
+}
+
+#[tokio::test]
+async fn answers_under_the_wrong_key_get_the_question_again() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let reply = client
+        .retry(
+            "greet",
+            json!({}),
+            json!({"wrong_key": accept(json!({"name": "Alice"}))}),
+            None,
+        )
+        .await;
+    assert_eq!(reply.result_type(), "input_required");
+    assert!(reply.input_requests().contains_key("user_name"));
+}

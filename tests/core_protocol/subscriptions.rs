@@ -1,0 +1,80 @@
+//! `subscriptions/listen`: the acknowledgement, opted-in change notifications, keep-alives.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::PATIENCE;
+use crate::support::{META_SUBSCRIPTION_ID, TestServer};
+
+#[tokio::test]
+async fn listen_streams_acknowledge_then_deliver_only_the_events_they_asked_for() {
+    let server = TestServer::start().await;
+    let client = server.client();
+
+    let mut tools_stream = client
+        .request("subscriptions/listen")
+        .params(json!({"notifications": {"toolsListChanged": true}}))
+        .open_stream()
+        .await;
+    let mut prompts_stream = client
+        .request("subscriptions/listen")
+        .params(json!({"notifications": {"promptsListChanged": true}}))
+        .open_stream()
+        .await;
+    for stream in [&tools_stream, &prompts_stream] {
+        assert_eq!(stream.status.as_u16(), 200);
+        assert!(stream.content_type().starts_with("text/event-stream"));
+    }
+
+    let tools_id = tools_stream.request_id.clone().expect("id");
+    let prompts_id = prompts_stream.request_id.clone().expect("id");
+
+    let ack = tools_stream.expect_message(PATIENCE).await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack["params"]["_meta"][META_SUBSCRIPTION_ID], tools_id);
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true})
+    );
+    let ack = prompts_stream.expect_message(PATIENCE).await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack["params"]["_meta"][META_SUBSCRIPTION_ID], prompts_id);
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"promptsListChanged": true})
+    );
+
+    // Events go out in this order: tools, prompts, tools. Each stream's next messages show what
+    // it received, so a leaked event would come before the expected one.
+    for trigger in [
+        "trigger_tools_changed",
+        "trigger_prompts_changed",
+        "trigger_tools_changed",
+    ] {
+        let reply = client.call_tool(trigger, json!({})).await;
+        assert_eq!(reply.result_type(), "complete");
+    }
+
+    for _ in 0..2 {
+        let event = tools_stream.expect_message(PATIENCE).await;
+        assert_eq!(
+            event["method"], "notifications/tools/list_changed",
+            "the tools stream gets only tool changes"
+        );
+        assert_eq!(event["params"]["_meta"][META_SUBSCRIPTION_ID], tools_id);
+    }
+    let event = prompts_stream.expect_message(PATIENCE).await;
+    assert_eq!(
+        event["method"], "notifications/prompts/list_changed",
+        "the prompts stream skipped the tool change sent before it"
+    );
+    assert_eq!(event["params"]["_meta"][META_SUBSCRIPTION_ID], prompts_id);
+    let leaked = prompts_stream
+        .next_message(Duration::from_millis(500))
+        .await;
+    assert!(
+        leaked.is_none(),
+        "nothing more on the prompts stream: {leaked:?}"
+    );
+}

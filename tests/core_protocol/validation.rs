@@ -1,0 +1,462 @@
+//! Validation of what HTTP and `_meta` carry: versions, routing headers, `x-mcp-header`
+//! parameters, methods, capabilities, ids, Origin, content type, size, JSON.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+
+use crate::support::{
+    META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    ServerOptions, TestServer,
+};
+
+#[tokio::test]
+async fn protocol_version_and_meta_errors_have_their_codes_and_statuses() {
+    let server = TestServer::start().await;
+    let client = server.client();
+
+    let no_version_header = client
+        .request("tools/list")
+        .without_header("MCP-Protocol-Version")
+        .send()
+        .await;
+    no_version_header.assert_error(400, -32020);
+
+    let no_meta = client.request("tools/list").without_meta().send().await;
+    no_meta.assert_error(400, -32602);
+
+    let no_meta_version = client
+        .request("tools/list")
+        .without_meta_key(META_PROTOCOL_VERSION)
+        .send()
+        .await;
+    no_meta_version.assert_error(400, -32602);
+
+    let no_capabilities = client
+        .request("tools/list")
+        .without_meta_key(META_CLIENT_CAPABILITIES)
+        .send()
+        .await;
+    no_capabilities.assert_error(400, -32602);
+
+    let no_client_info = client
+        .request("tools/list")
+        .without_meta_key(META_CLIENT_INFO)
+        .send()
+        .await;
+    assert_eq!(
+        no_client_info.status.as_u16(),
+        200,
+        "clientInfo is optional"
+    );
+    assert_eq!(no_client_info.result_type(), "complete");
+
+    let mismatch = client
+        .request("tools/list")
+        .meta(META_PROTOCOL_VERSION, json!("v999.0.0"))
+        .send()
+        .await;
+    mismatch.assert_error(400, -32020);
+
+    let unsupported = client
+        .request("tools/list")
+        .header("MCP-Protocol-Version", "v999.0.0")
+        .meta(META_PROTOCOL_VERSION, json!("v999.0.0"))
+        .send()
+        .await;
+    unsupported.assert_error(400, -32022);
+    let data = &unsupported.error()["data"];
+    assert_eq!(data["requested"], "v999.0.0");
+    let supported = data["supported"].as_array().expect("data.supported array");
+    assert!(supported.contains(&json!(PROTOCOL_VERSION)), "{data}");
+
+    let discover = client.request("server/discover").send().await;
+    let advertised = discover.result()["supportedVersions"]
+        .as_array()
+        .expect("supportedVersions")
+        .clone();
+    for version in supported {
+        assert!(
+            advertised.contains(version),
+            "{version} is also in server/discover"
+        );
+    }
+}
+
+#[tokio::test]
+async fn routing_header_errors_are_header_mismatch_with_400() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let simple = json!({"name": "simple_text", "arguments": {}});
+    let static_text = json!({"uri": "test://static-text"});
+
+    // (method, params, header to set or — with None — remove)
+    let cases: [(&str, Value, &str, Option<&str>); 9] = [
+        ("tools/list", json!({}), "Mcp-Method", None),
+        ("tools/list", json!({}), "Mcp-Method", Some("prompts/list")),
+        // Header values are case-sensitive.
+        ("tools/list", json!({}), "Mcp-Method", Some("TOOLS/LIST")),
+        ("tools/call", simple.clone(), "Mcp-Name", None),
+        (
+            "tools/call",
+            simple.clone(),
+            "Mcp-Name",
+            Some("wrong_tool_name"),
+        ),
+        // Invalid Base64 padding inside the sentinel.
+        (
+            "tools/call",
+            simple.clone(),
+            "Mcp-Name",
+            Some("=?base64?c2ltcGxlX3RleHQ?="),
+        ),
+        // Without the closing `?=` the value is taken literally, and so does not match.
+        (
+            "tools/call",
+            simple.clone(),
+            "Mcp-Name",
+            Some("=?base64?c2ltcGxlX3RleHQ="),
+        ),
+        (
+            "tools/call",
+            simple,
+            "Mcp-Name",
+            Some("=?base64?c2ltc!!!GxlX3RleHQ=?="),
+        ),
+        (
+            "resources/read",
+            static_text,
+            "Mcp-Name",
+            Some("test://other"),
+        ),
+    ];
+    for (method, params, header, value) in cases {
+        let request = client.request(method).params(params);
+        let request = match value {
+            Some(value) => request.header(header, value),
+            None => request.without_header(header),
+        };
+        request.send().await.assert_error(400, -32020);
+    }
+}
+
+#[tokio::test]
+async fn well_formed_routing_header_variants_are_accepted() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let simple = json!({"name": "simple_text", "arguments": {}});
+
+    let lowercase = client
+        .request("tools/list")
+        .lowercase_header_names()
+        .send()
+        .await;
+    assert_eq!(
+        lowercase.status.as_u16(),
+        200,
+        "header names are case-insensitive"
+    );
+    assert_eq!(lowercase.result_type(), "complete");
+
+    let spaced = client
+        .request("tools/call")
+        .params(simple.clone())
+        .header("Mcp-Name", "  simple_text  ")
+        .send()
+        .await;
+    assert_eq!(spaced.status.as_u16(), 200, "{}", spaced.body_text());
+    assert_eq!(spaced.text(), "simple text");
+
+    let encoded = format!("=?base64?{}?=", STANDARD.encode("simple_text"));
+    let sentinel = client
+        .request("tools/call")
+        .params(simple.clone())
+        .header("Mcp-Name", encoded)
+        .send()
+        .await;
+    assert_eq!(sentinel.status.as_u16(), 200, "{}", sentinel.body_text());
+    assert_eq!(sentinel.text(), "simple text");
+}
+
+#[tokio::test]
+async fn x_mcp_header_parameters_must_be_mirrored_exactly() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let call = || {
+        client
+            .request("tools/call")
+            .params(json!({"name": "regional", "arguments": {"region": "eu-west"}}))
+    };
+
+    let listed = client.request("tools/list").send().await;
+    let regional = listed.result()["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .find(|t| t["name"] == "regional")
+        .expect("regional is listed")
+        .clone();
+    assert_eq!(
+        regional["inputSchema"]["properties"]["region"]["x-mcp-header"],
+        "Region"
+    );
+
+    call().send().await.assert_error(400, -32020);
+    call()
+        .header("Mcp-Param-Region", "us-east")
+        .send()
+        .await
+        .assert_error(400, -32020);
+    call()
+        .header("Mcp-Param-Region", "=?base64?ZXUtd2VzdA?=")
+        .send()
+        .await
+        .assert_error(400, -32020);
+
+    let matching = call().header("Mcp-Param-Region", "eu-west").send().await;
+    assert_eq!(matching.status.as_u16(), 200, "{}", matching.body_text());
+    assert_eq!(matching.text(), "Region: eu-west");
+
+    let encoded = format!("=?base64?{}?=", STANDARD.encode("eu-west"));
+    let sentinel = call().header("Mcp-Param-Region", encoded).send().await;
+    assert_eq!(sentinel.status.as_u16(), 200, "{}", sentinel.body_text());
+    assert_eq!(sentinel.text(), "Region: eu-west");
+}
+
+#[tokio::test]
+async fn unknown_and_removed_methods_are_not_found_with_404() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let probes = [
+        ("unknown/method", json!({})),
+        (
+            "initialize",
+            json!({
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}
+            }),
+        ),
+        ("ping", json!({})),
+        ("logging/setLevel", json!({"level": "info"})),
+        ("resources/subscribe", json!({"uri": "test://static-text"})),
+        (
+            "resources/unsubscribe",
+            json!({"uri": "test://static-text"}),
+        ),
+    ];
+    for (method, params) in probes {
+        let reply = client.request(method).params(params).send().await;
+        reply.assert_error(404, -32601);
+    }
+}
+
+#[tokio::test]
+async fn tool_needing_an_undeclared_capability_is_refused_with_32021() {
+    let server = TestServer::start().await;
+    let client = server.client();
+
+    let refused = client
+        .request("tools/call")
+        .params(json!({"name": "needs_sampling", "arguments": {}}))
+        .capabilities(json!({"elicitation": {"form": {}}}))
+        .send()
+        .await;
+    refused.assert_error(400, -32021);
+    assert!(
+        refused.error()["data"]["requiredCapabilities"]["sampling"].is_object(),
+        "requiredCapabilities is a ClientCapabilities object: {}",
+        refused.error()
+    );
+
+    let declared = client.call_tool("needs_sampling", json!({})).await;
+    assert_eq!(declared.text(), "sampling available");
+}
+
+#[tokio::test]
+async fn undeclared_capability_is_refused_with_400_even_when_progress_is_requested() {
+    let server = TestServer::start().await;
+    let refused = server
+        .client()
+        .request("tools/call")
+        .params(json!({"name": "needs_sampling", "arguments": {}}))
+        .capabilities(json!({}))
+        .progress_token(json!("p"))
+        .send()
+        .await;
+    refused.assert_error(400, -32021);
+}
+
+#[tokio::test]
+async fn fractional_request_ids_are_invalid_requests() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": 1.5,
+        "method": "tools/list",
+        "params": {"_meta": {
+            META_PROTOCOL_VERSION: PROTOCOL_VERSION,
+            META_CLIENT_CAPABILITIES: {}
+        }}
+    });
+    // The support client validates the reply: an echoed `"id": 1.5` fails the schema.
+    let reply = client
+        .request("tools/list")
+        .raw_body(body.to_string())
+        .send()
+        .await;
+    assert_eq!(reply.status.as_u16(), 400, "{}", reply.body_text());
+    assert_eq!(reply.error_code(), -32600);
+}
+
+#[tokio::test]
+async fn origin_content_type_and_size_are_checked_at_the_http_level() {
+    let server = TestServer::start_with(ServerOptions {
+        max_body_bytes: 4096,
+        ..ServerOptions::default()
+    })
+    .await;
+    let client = server.client();
+
+    let evil = client
+        .request("server/discover")
+        .header("Origin", "http://evil.example.com")
+        .send()
+        .await;
+    assert_eq!(evil.status.as_u16(), 403, "{}", evil.body_text());
+
+    let local = client
+        .request("server/discover")
+        .header("Origin", "http://localhost:1234")
+        .send()
+        .await;
+    assert_eq!(local.status.as_u16(), 200, "{}", local.body_text());
+    assert_eq!(local.result_type(), "complete");
+
+    let rebound_host = client
+        .request("server/discover")
+        .header("Host", "evil.example.com")
+        .send()
+        .await;
+    assert_eq!(
+        rebound_host.status.as_u16(),
+        403,
+        "a loopback server refuses a foreign Host (DNS rebinding): {}",
+        rebound_host.body_text()
+    );
+
+    let with_charset = client
+        .request("server/discover")
+        .header("Content-Type", "application/json; charset=utf-8")
+        .send()
+        .await;
+    assert_eq!(
+        with_charset.status.as_u16(),
+        200,
+        "{}",
+        with_charset.body_text()
+    );
+
+    let text_plain = client
+        .request("server/discover")
+        .header("Content-Type", "text/plain")
+        .send()
+        .await;
+    assert_eq!(
+        text_plain.status.as_u16(),
+        415,
+        "{}",
+        text_plain.body_text()
+    );
+
+    let padding = "x".repeat(8192);
+    let too_large = client
+        .request("tools/call")
+        .params(json!({"name": "simple_text", "arguments": {"padding": padding}}))
+        .send()
+        .await;
+    assert_eq!(too_large.status.as_u16(), 413, "{}", too_large.body_text());
+
+    let fits = client.call_tool("simple_text", json!({})).await;
+    assert_eq!(fits.text(), "simple text", "a small request still passes");
+}
+
+#[tokio::test]
+async fn unparsable_json_is_a_parse_error_without_an_id() {
+    let server = TestServer::start().await;
+    let reply = server
+        .client()
+        .request("tools/list")
+        .raw_body(r#"{"jsonrpc": "2.0", "id": 7, "method": "tools/list""#)
+        .send()
+        .await;
+    assert_eq!(reply.status.as_u16(), 400);
+    assert_eq!(reply.error_code(), -32700);
+    assert!(
+        reply.response().get("id").is_none(),
+        "no id can be read from unparsable JSON, and null is not a valid id: {}",
+        reply.body_text()
+    );
+}
+
+/// A modern-only server has no GET stream and no sessions to delete (with the `legacy` feature,
+/// GET and DELETE belong to 2025-11-25 sessions; see tests/legacy.rs).
+#[cfg(not(feature = "legacy"))]
+#[tokio::test]
+async fn get_and_delete_are_method_not_allowed() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let response = client
+            .http()
+            .request(method.clone(), client.url())
+            .header("Accept", "text/event-stream")
+            .header("MCP-Protocol-Version", PROTOCOL_VERSION)
+            .timeout(crate::support::REQUEST_TIMEOUT)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{method} failed: {e}"));
+        assert_eq!(response.status().as_u16(), 405, "{method}");
+        assert_eq!(
+            response
+                .headers()
+                .get("allow")
+                .and_then(|v| v.to_str().ok()),
+            Some("POST"),
+            "{method} names the allowed method"
+        );
+    }
+}
+
+/// A modern-only server answers a legacy `initialize` with the versions it supports, so the
+/// client can tell its user why it cannot connect.
+#[cfg(not(feature = "legacy"))]
+#[tokio::test]
+async fn a_modern_only_server_names_its_versions_to_an_initialize() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let body = json!({
+        "jsonrpc": "2.0", "id": 7, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}}
+    });
+    let response = client
+        .http()
+        .post(client.url())
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(body.to_string())
+        .timeout(crate::support::REQUEST_TIMEOUT)
+        .send()
+        .await
+        .expect("initialize");
+    assert_eq!(response.status().as_u16(), 400);
+    let message: Value = response.json().await.expect("a JSON-RPC error");
+    assert_eq!(message["id"], 7);
+    assert_eq!(message["error"]["code"], -32022);
+    assert_eq!(
+        message["error"]["data"]["supported"],
+        json!([PROTOCOL_VERSION])
+    );
+    assert_eq!(message["error"]["data"]["requested"], "2025-11-25");
+}

@@ -1,0 +1,310 @@
+//! The test tools, prompts and resources the in-process server offers: each exercises one part
+//! of the protocol (rounds, remembered work, progress, logging, cancellation, sampling, headers).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use mcp_mrtr::mrtr::{HandlerError, RequestContext};
+use mcp_mrtr::protocol::LogLevel;
+use mcp_mrtr::protocol::content::{
+    CallToolResult, Content, GetPromptResult, PromptMessage, ReadResourceResult, ResourceContents,
+};
+use mcp_mrtr::protocol::input::{Elicitation, Sampling, SamplingParams};
+use mcp_mrtr::registry::{NoArguments, Prompt, Registry, Resource, ResourceTemplate, Tool};
+use mcp_mrtr::server::{Events, ServerEvent};
+use serde_json::{Value, json};
+
+use super::server::Probes;
+
+type ToolOutcome = Result<CallToolResult, HandlerError>;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct GreetArgs {
+    /// The greeting to use, "Hello" by default.
+    #[serde(default)]
+    greeting: Option<String>,
+}
+
+fn name_form() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"name": {"type": "string", "description": "Your name"}},
+        "required": ["name"]
+    })
+}
+
+fn text_form(field: &str) -> Value {
+    json!({
+        "type": "object",
+        "properties": {field: {"type": "string"}},
+        "required": [field]
+    })
+}
+
+fn accepted(answer: &Elicitation, field: &str) -> Option<String> {
+    answer
+        .content()?
+        .get(field)
+        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+}
+
+fn no_args<F, Fut>(name: &str, description: &str, handler: F) -> Tool
+where
+    F: Fn(RequestContext) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ToolOutcome> + Send + 'static,
+{
+    Tool::new(name, description, move |ctx, _: NoArguments| handler(ctx))
+}
+
+/// Marks `slow_progress` as dropped early when its future goes away before it finished.
+struct DropProbe(Arc<Probes>);
+
+impl Drop for DropProbe {
+    fn drop(&mut self) {
+        if !self.0.slow_finished.load(Ordering::SeqCst) {
+            self.0.slow_dropped_early.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The tools, prompt and resources the tests use.
+pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
+    let mut registry = Registry::new();
+
+    registry.add_tool(no_args("simple_text", "Returns a fixed text", |_| async {
+        Ok(CallToolResult::text("simple text"))
+    }));
+
+    let greet_probes = probes.clone();
+    registry.add_tool(Tool::new(
+        "greet",
+        "Asks the user's name (key user_name), then greets them; without form elicitation it greets a stranger",
+        move |ctx, args: GreetArgs| {
+            let probes = greet_probes.clone();
+            async move {
+                probes.greet_runs.fetch_add(1, Ordering::SeqCst);
+                let greeting = args.greeting.unwrap_or_else(|| "Hello".into());
+                let answer = ctx
+                    .elicit("user_name", "What is your name?", name_form())
+                    .await?;
+                let name = match &answer {
+                    Elicitation::Unsupported => "stranger".to_owned(),
+                    other => accepted(other, "name").unwrap_or_else(|| "anonymous".into()),
+                };
+                Ok(CallToolResult::text(format!("{greeting}, {name}!")))
+            }
+        },
+    ));
+
+    registry.add_tool(no_args(
+        "three_questions",
+        "Asks name, colour and food in three rounds",
+        |ctx| async move {
+            let first = ctx
+                .elicit("step1", "What is your name?", text_form("name"))
+                .await?;
+            let name = accepted(&first, "name").unwrap_or_default();
+            let second = ctx
+                .elicit(
+                    "step2",
+                    "What is your favourite colour?",
+                    text_form("color"),
+                )
+                .await?;
+            let color = accepted(&second, "color").unwrap_or_default();
+            let third = ctx
+                .elicit("step3", "What is your favourite food?", text_form("food"))
+                .await?;
+            let food = accepted(&third, "food").unwrap_or_default();
+            Ok(CallToolResult::text(format!(
+                "{name} likes {color} and {food}"
+            )))
+        },
+    ));
+
+    let lookup_probes = probes.clone();
+    registry.add_tool(no_args(
+        "remembered_lookup",
+        "Does an expensive lookup once, then asks for a rating",
+        move |ctx| {
+            let probes = lookup_probes.clone();
+            async move {
+                let lookup: String = ctx
+                    .remember("lookup", || async {
+                        let run = probes.lookup_work_runs.fetch_add(1, Ordering::SeqCst) + 1;
+                        Ok(format!("lookup #{run}"))
+                    })
+                    .await?;
+                let form = json!({
+                    "type": "object",
+                    "properties": {"stars": {"type": "integer", "minimum": 1, "maximum": 5}},
+                    "required": ["stars"]
+                });
+                let answer = ctx.elicit("rating", "How many stars?", form).await?;
+                let stars = accepted(&answer, "stars").unwrap_or_else(|| "no".into());
+                Ok(CallToolResult::text(format!(
+                    "{lookup}: rated {stars} stars"
+                )))
+            }
+        },
+    ));
+
+    registry.add_tool(no_args(
+        "progress_steps",
+        "Reports progress 1, 2 and 3 of 3",
+        |ctx| async move {
+            for step in 1..=3 {
+                ctx.progress(f64::from(step), Some(3.0), Some(&format!("step {step}")))
+                    .await;
+            }
+            Ok(CallToolResult::text("three steps done"))
+        },
+    ));
+
+    registry.add_tool(no_args(
+        "chatty",
+        "Logs at debug, info and error",
+        |ctx| async move {
+            ctx.log(LogLevel::Debug, "tests", json!("debug detail"))
+                .await;
+            ctx.log(LogLevel::Info, "tests", json!("info message"))
+                .await;
+            ctx.log(LogLevel::Error, "tests", json!("error message"))
+                .await;
+            Ok(CallToolResult::text("logged"))
+        },
+    ));
+
+    let slow_probes = probes.clone();
+    registry.add_tool(no_args(
+        "slow_progress",
+        "Reports progress, then works for a minute",
+        move |ctx| {
+            let probes = slow_probes.clone();
+            async move {
+                let _probe = DropProbe(probes.clone());
+                probes.slow_started.store(true, Ordering::SeqCst);
+                ctx.progress(1.0, Some(100.0), Some("started")).await;
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                probes.slow_finished.store(true, Ordering::SeqCst);
+                Ok(CallToolResult::text("slow done"))
+            }
+        },
+    ));
+
+    registry.add_tool(no_args(
+        "needs_sampling",
+        "Cannot work without the sampling capability",
+        |ctx| async move {
+            ctx.require("sampling")?;
+            Ok(CallToolResult::text("sampling available"))
+        },
+    ));
+
+    registry.add_tool(no_args(
+        "ask_model",
+        "Asks the client's model for a one-line verdict; says why when there is none",
+        |ctx| async move {
+            let question = SamplingParams::user_text("Give a one-line verdict on Casablanca.", 50);
+            Ok(CallToolResult::text(
+                match ctx.sample("verdict", question).await? {
+                    Sampling::Reply(reply) => format!("model said: {}", reply.text),
+                    Sampling::Unsupported => "no model: sampling not declared".to_owned(),
+                    Sampling::Failed(why) => format!("no model: {why}"),
+                },
+            ))
+        },
+    ));
+
+    registry.add_tool(Tool::with_raw_schema(
+        "regional",
+        "Echoes its region, which is mirrored in the Mcp-Param-Region header",
+        json!({
+            "type": "object",
+            "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+            "required": ["region"]
+        }),
+        |_, args| async move {
+            let region = args
+                .get("region")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            Ok(CallToolResult::text(format!("Region: {region}")))
+        },
+    ));
+
+    let tools_changed = events.clone();
+    registry.add_tool(
+        no_args(
+            "trigger_tools_changed",
+            "Announces a change of the tool list",
+            move |_| {
+                let events = tools_changed.clone();
+                async move {
+                    events.notify(ServerEvent::ToolsListChanged);
+                    Ok(CallToolResult::text("tools changed"))
+                }
+            },
+        )
+        .hidden(),
+    );
+
+    let prompts_changed = events.clone();
+    registry.add_tool(
+        no_args(
+            "trigger_prompts_changed",
+            "Announces a change of the prompt list",
+            move |_| {
+                let events = prompts_changed.clone();
+                async move {
+                    events.notify(ServerEvent::PromptsListChanged);
+                    Ok(CallToolResult::text("prompts changed"))
+                }
+            },
+        )
+        .hidden(),
+    );
+
+    registry.add_prompt(Prompt::new(
+        "simple_prompt",
+        "A prompt without arguments",
+        |_, _| async {
+            Ok(GetPromptResult {
+                description: None,
+                messages: vec![PromptMessage::user(Content::text("A simple prompt."))],
+            })
+        },
+    ));
+
+    registry.add_resource(
+        Resource::new("test://static-text", "static-text", |_, uri| async move {
+            Ok(ReadResourceResult {
+                contents: vec![ResourceContents::text(uri, "text/plain", "Static text.")],
+            })
+        })
+        .mime_type("text/plain"),
+    );
+
+    registry.add_template(ResourceTemplate::new(
+        "test://items/{id}",
+        "item",
+        |_, uri, vars| async move {
+            let id = vars
+                .iter()
+                .find(|(name, _)| name == "id")
+                .map(|(_, value)| value.clone())
+                .unwrap_or_default();
+            Ok(ReadResourceResult {
+                contents: vec![ResourceContents::text(
+                    uri,
+                    "text/plain",
+                    format!("Item {id}"),
+                )],
+            })
+        },
+    ));
+
+    registry
+}

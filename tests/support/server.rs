@@ -1,0 +1,182 @@
+//! The server under test, in-process: the library's service on a free port of 127.0.0.1 with the
+//! test tools of [`fixtures`](super::fixtures), callers named by an `X-Test-User` header, and
+//! probes that tell what the tools really ran.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use mcp_mrtr::auth::{AuthError, Authenticator, Principal};
+use mcp_mrtr::mrtr::StateSealer;
+use mcp_mrtr::server::{Events, ServerInfo};
+use mcp_mrtr::service::{self, MCP_PATH, Settings};
+use mcp_mrtr::store::RedisStoreConfig;
+use tokio::sync::oneshot;
+
+use super::client::Client;
+use super::fixtures::test_registry;
+
+/// Resolves the caller from an `X-Test-User` header; without it the caller is anonymous.
+pub struct TestUserAuthenticator;
+
+impl Authenticator for TestUserAuthenticator {
+    fn authenticate(&self, headers: &axum::http::HeaderMap) -> Result<Principal, AuthError> {
+        match headers.get("x-test-user") {
+            None => Ok(Principal::Anonymous),
+            Some(value) => match value.to_str() {
+                Ok(name) if !name.trim().is_empty() => Ok(Principal::User(name.trim().to_owned())),
+                _ => Err(AuthError("X-Test-User must be a non-empty name".into())),
+            },
+        }
+    }
+}
+
+/// Settings a test may change; everything else is the server's ordinary configuration.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub state_ttl_secs: u64,
+    pub max_body_bytes: usize,
+    pub allowed_origins: Vec<String>,
+    pub keepalive_secs: u64,
+    /// Shared continuation store; in memory when `None`.
+    pub redis_url: Option<String>,
+    /// Sealing keys; a fresh key per server when `None`.
+    pub state_keys: Option<String>,
+    /// How long a legacy call waits for the client's answer.
+    pub legacy_request_timeout_secs: u64,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            state_ttl_secs: 600,
+            max_body_bytes: 1024 * 1024,
+            allowed_origins: Vec::new(),
+            keepalive_secs: 15,
+            redis_url: None,
+            state_keys: None,
+            legacy_request_timeout_secs: 20,
+        }
+    }
+}
+
+/// What the test tools record about their own execution, so tests can tell what really ran.
+#[derive(Debug, Default)]
+pub struct Probes {
+    /// Times the `greet` handler started (any round).
+    pub greet_runs: AtomicUsize,
+    /// Times the work `remembered_lookup` remembers actually ran.
+    pub lookup_work_runs: AtomicUsize,
+    /// `slow_progress` started its work.
+    pub slow_started: AtomicBool,
+    /// `slow_progress` reached its end.
+    pub slow_finished: AtomicBool,
+    /// `slow_progress`'s future was dropped before it reached its end (it was cancelled).
+    pub slow_dropped_early: AtomicBool,
+}
+
+impl Probes {
+    pub fn greet_runs(&self) -> usize {
+        self.greet_runs.load(Ordering::SeqCst)
+    }
+
+    pub fn lookup_work_runs(&self) -> usize {
+        self.lookup_work_runs.load(Ordering::SeqCst)
+    }
+}
+
+/// A server started in-process from the library, listening on 127.0.0.1 on a free port.
+pub struct TestServer {
+    addr: SocketAddr,
+    pub probes: Arc<Probes>,
+    pub events: Events,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl TestServer {
+    pub async fn start() -> Self {
+        Self::start_with(ServerOptions::default()).await
+    }
+
+    pub async fn start_with(options: ServerOptions) -> Self {
+        let probes = Arc::new(Probes::default());
+        let events = Events::new();
+        let registry = test_registry(&probes, &events);
+        let settings = Settings {
+            state_keys: Some(
+                options
+                    .state_keys
+                    .unwrap_or_else(|| StateSealer::generate_spec("test")),
+            ),
+            state_ttl: Duration::from_secs(options.state_ttl_secs),
+            memory_capacity: 10_000,
+            redis: options.redis_url.map(|url| RedisStoreConfig {
+                url,
+                prefix: format!("mcp-test-{}:", std::process::id()),
+                timeout: Duration::from_secs(1),
+            }),
+            allowed_origins: options.allowed_origins,
+            loopback: true,
+            max_body_bytes: options.max_body_bytes,
+            keepalive: Duration::from_secs(options.keepalive_secs),
+            legacy_request_timeout: Duration::from_secs(options.legacy_request_timeout_secs),
+            legacy_session_ttl: Duration::from_secs(3600),
+        };
+        let info = ServerInfo {
+            name: "mcp-mrtr-tests".into(),
+            version: "0.0.0-test".into(),
+            instructions: Some("Test server".into()),
+        };
+        let router = service::router(
+            &settings,
+            registry,
+            info,
+            events.clone(),
+            Arc::new(TestUserAuthenticator),
+        )
+        .await
+        .expect("the router builds");
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local address");
+        let (shutdown, stop) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stop.await;
+            };
+            if let Err(e) = mcp_mrtr::transport::serve(listener, router, stopped).await {
+                eprintln!("test server stopped with an error: {e}");
+            }
+        });
+        Self {
+            addr,
+            probes,
+            events,
+            shutdown: Some(shutdown),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The MCP endpoint.
+    pub fn url(&self) -> String {
+        format!("http://{}{MCP_PATH}", self.addr)
+    }
+
+    /// An anonymous client of this server.
+    pub fn client(&self) -> Client {
+        Client::new(self.url())
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
