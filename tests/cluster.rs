@@ -10,7 +10,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::cluster::{Launcher, PrivateRedis, Replicas, shared_redis_url};
+use support::cluster::{Launcher, Replicas};
+use support::net::shared_redis_url;
+use support::redis::PrivateRedis;
 use support::{EventStream, Reply, ServerOptions, TestServer, accept};
 
 /// The question addToWatchlist asks when no status is given, word for word.
@@ -233,7 +235,7 @@ async fn the_balancer_sends_each_request_to_the_next_replica_and_stops_them_with
     let ports: Vec<u16> = launcher.replicas.iter().map(|r| r.port).collect();
     launcher.stop();
     for port in ports {
-        support::cluster::wait_until_closed(port, "a replica of the stopped launcher").await;
+        support::net::wait_until_closed(port, "a replica of the stopped launcher").await;
     }
 }
 

@@ -309,8 +309,9 @@ async fn the_get_stream_delivers_list_changes() {
 mod movies {
     use serde_json::{Value, json};
 
-    use super::support::cluster::{Replicas, SharedSettings, shared_redis_url};
+    use super::support::cluster::{Replicas, SharedSettings};
     use super::support::legacy::LegacyClient;
+    use super::support::net::shared_redis_url;
 
     /// Two replicas whose legacy calls wait at most 2 s for an answer.
     async fn replicas() -> Replicas {

@@ -20,8 +20,8 @@ use moviedb_mcp::moviedb::summary;
 use serde_json::{Value, json};
 use sqlx::Connection as _;
 use sqlx::sqlite::SqliteConnection;
-use support::cluster::{free_port, random_hex, shared_redis_url as redis_url};
 use support::movies::structured;
+use support::net::{free_port, random_hex, shared_redis_url as redis_url};
 use support::openai::{Answer, FakeProvider};
 use support::{Client, EventStream, Reply};
 

@@ -13,6 +13,7 @@ use moviedb_mcp::mrtr::StateSealer;
 use rand::RngCore;
 use serde_json::{Value, json};
 
+use super::net::{accepts_connections, free_port, random_hex, shared_redis_url, wait_until_closed};
 use super::postgres::TestDatabase;
 use super::{Client, Reply, RpcRequest};
 
@@ -20,43 +21,6 @@ use super::{Client, Reply, RpcRequest};
 const STARTUP_LIMIT: Duration = Duration::from_secs(90);
 /// How long a stopped process may take to close its ports.
 const STOP_LIMIT: Duration = Duration::from_secs(15);
-
-/// The shared Redis of this machine (CI starts it).
-pub fn shared_redis_url() -> String {
-    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-/// Lower-case hex of `bytes` random bytes.
-pub fn random_hex(bytes: usize) -> String {
-    let mut raw = vec![0u8; bytes];
-    rand::thread_rng().fill_bytes(&mut raw);
-    raw.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A port that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("bind 127.0.0.1:0 to find a free port")
-}
-
-/// Whether something accepts connections on `port` of 127.0.0.1.
-pub fn accepts_connections(port: u16) -> bool {
-    TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_ok()
-}
-
-/// Waits until nothing listens on `port` any more; panics after [`STOP_LIMIT`].
-pub async fn wait_until_closed(port: u16, what: &str) {
-    let deadline = Instant::now() + STOP_LIMIT;
-    while accepts_connections(port) {
-        assert!(
-            Instant::now() < deadline,
-            "{what} still accepts connections on port {port}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// What every replica of one cluster shares.
 #[derive(Debug, Clone)]
@@ -448,86 +412,6 @@ fn signal(pid: u32, signal: &str) {
         .status()
         .expect("run kill");
     assert!(status.success(), "kill {signal} {pid} failed");
-}
-
-// ---------------------------------------------------------------------------------------------
-// A private Redis
-// ---------------------------------------------------------------------------------------------
-
-/// A redis-server of the test's own on a free port, with an append-only file synced on every
-/// write, so it can be killed and restarted with its data as a crashed Redis would be.
-pub struct PrivateRedis {
-    port: u16,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
-impl PrivateRedis {
-    pub fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!("moviedb-private-redis-{}", random_hex(8)));
-        std::fs::create_dir_all(&dir).expect("create the Redis folder");
-        let mut redis = Self {
-            port: free_port(),
-            dir,
-            child: None,
-        };
-        redis.restart();
-        redis
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// Starts redis-server again on the same port and folder; returns once it accepts connections.
-    pub fn restart(&mut self) {
-        assert!(self.child.is_none(), "Redis is already running");
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args([
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-            ])
-            .arg("--dir")
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
-        self.child = Some(child);
-        let deadline = Instant::now() + STARTUP_LIMIT;
-        while !accepts_connections(self.port) {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not start on port {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Kills redis-server (SIGKILL, as a crash would).
-    pub async fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        wait_until_closed(self.port, "the killed redis-server").await;
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,57 +1,20 @@
-//! Shared support for the integration tests, one concern a module:
+//! Support for the workspace's integration tests: the library's own support (the in-process
+//! server, the client, SSE reading, schema validation, ports, a private Redis; see
+//! `crates/mcp-mrtr/tests/support/`), re-exported here, and what only the movie server needs:
 //!
-//! - [`server`]: the in-process server under test (the library's service on a free port) and
-//!   [`fixtures`], the test tools it offers;
-//! - [`client`]: a 2026-07-28 client over reqwest, and [`sse`] for reading streamed answers;
-//! - [`schema`]: validation of every message against the official JSON schema;
-//! - [`movies`]: the real `moviedb-mcp` binary on a fresh catalogue; [`cluster`]: replicas,
-//!   the launcher and private Redis servers; [`legacy`]: a 2025-11-25 client; [`openai`]: a
-//!   local OpenAI-compatible provider; [`postgres`]: fresh PostgreSQL databases.
-//!
-//! Each test file that uses it declares `mod support;`; not every file uses every helper (or
-//! every re-export below), hence the allowances.
+//! - [`movies`]: the real `moviedb-mcp` binary on a fresh catalogue;
+//! - [`cluster`]: replicas, the cluster launcher and signed-in sessions;
+//! - [`legacy`]: a 2025-11-25 client; [`openai`]: a local OpenAI-compatible provider;
+//! - [`postgres`]: fresh PostgreSQL databases.
 #![allow(dead_code, unused_imports)]
 
-pub mod client;
+#[path = "../../crates/mcp-mrtr/tests/support/mod.rs"]
+mod library;
+
 pub mod cluster;
-pub mod fixtures;
 pub mod legacy;
 pub mod movies;
 pub mod openai;
 pub mod postgres;
-pub mod schema;
-pub mod server;
-pub mod sse;
 
-use std::time::Duration;
-
-pub use client::{
-    Client, Reply, RpcRequest, accept, assert_structured_fits, default_capabilities, fresh_id,
-};
-pub use server::{Probes, ServerOptions, TestServer, TestUserAuthenticator};
-pub use sse::EventStream;
-
-/// The protocol revision the tests speak.
-pub const PROTOCOL_VERSION: &str = "2026-07-28";
-pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
-pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
-pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-
-/// Upper bound for any single HTTP exchange, so a broken server fails a test instead of hanging it.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The tools `tools/list` shows, in registration order (hidden trigger tools are not listed).
-pub const LISTED_TOOLS: [&str; 10] = [
-    "simple_text",
-    "greet",
-    "three_questions",
-    "remembered_lookup",
-    "progress_steps",
-    "chatty",
-    "slow_progress",
-    "needs_sampling",
-    "ask_model",
-    "regional",
-];
+pub use library::*;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::cluster::{free_port, random_hex};
+use super::net::{free_port, random_hex};
 use super::postgres::TestDatabase;
 use super::{Client, Reply, RpcRequest};
 

@@ -5,9 +5,10 @@ mod support;
 
 use std::time::Duration;
 
-use moviedb_mcp::mrtr::StateSealer;
+use mcp_mrtr::mrtr::StateSealer;
 use serde_json::json;
-use support::cluster::{PrivateRedis, shared_redis_url};
+use support::net::shared_redis_url;
+use support::redis::PrivateRedis;
 use support::{ServerOptions, TestServer, accept};
 
 async fn replica(keys: &str, redis: String) -> TestServer {

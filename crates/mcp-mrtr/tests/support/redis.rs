@@ -1,0 +1,86 @@
+//! A redis-server of the test's own, to stop, crash and restart under a running server.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::net::{accepts_connections, free_port, random_hex, wait_until_closed};
+
+/// How long redis-server may take to accept connections.
+const STARTUP_LIMIT: Duration = Duration::from_secs(30);
+
+/// A redis-server of the test's own on a free port, with an append-only file synced on every
+/// write, so it can be killed and restarted with its data as a crashed Redis would be.
+pub struct PrivateRedis {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl PrivateRedis {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("mcp-private-redis-{}", random_hex(8)));
+        std::fs::create_dir_all(&dir).expect("create the Redis folder");
+        let mut redis = Self {
+            port: free_port(),
+            dir,
+            child: None,
+        };
+        redis.restart();
+        redis
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts redis-server again on the same port and folder; returns once it accepts connections.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "Redis is already running");
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        self.child = Some(child);
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        while !accepts_connections(self.port) {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on port {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills redis-server (SIGKILL, as a crash would).
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        wait_until_closed(self.port, "the killed redis-server").await;
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
