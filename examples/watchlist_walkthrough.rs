@@ -1,4 +1,5 @@
-//! Watch MRTR happen: drives `addToWatchlist` over the wire with plain HTTP and prints each round.
+//! Watch MRTR happen: drives `addToWatchlist` over the wire with the library's scripted client
+//! (`mcp_mrtr::client`) and prints each round's request and answer.
 //!
 //! Start the server (`cargo run`), get a token (`cargo run -- token --user alice`), then:
 //!
@@ -7,15 +8,19 @@
 //! ```
 //!
 //! Round 1 asks for the title without a status; the server answers `input_required` with an
-//! elicitation. The walkthrough plays the user, answers, and retries with a new id, the answers and
-//! the echoed `requestState`. Then it reads the watch list back.
+//! elicitation. The walkthrough plays the user, answers, and the client calls again with a new
+//! id, the answer and the echoed `requestState`. Then it reads the watch list back.
 
+use mcp_mrtr::client::{Client, Reply};
 use serde_json::{Value, json};
+
+const USAGE: &str = "usage: watchlist_walkthrough --token TOKEN [--url URL] [--movie-id N] \
+                     [--answer WATCHED|WANT_TO_WATCH|decline]";
 
 struct Args {
     url: String,
     token: String,
-    movie_id: i64,
+    movie_id: u64,
     answer: String,
 }
 
@@ -47,100 +52,51 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-struct Client {
-    http: reqwest::Client,
-    args: Args,
-    next_id: u64,
-}
-
-impl Client {
-    async fn call(
-        &mut self,
-        tool: &str,
-        mut params: Value,
-    ) -> Result<Value, Box<dyn std::error::Error>> {
-        self.next_id += 1;
-        params["name"] = json!(tool);
-        params["_meta"] = json!({
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientInfo": { "name": "watchlist-walkthrough", "version": "1.0.0" },
-            "io.modelcontextprotocol/clientCapabilities": { "elicitation": {} }
-        });
-        let request = json!({ "jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": params });
-        println!(
-            "\n>>> POST {} (id {})\n{}",
-            self.args.url,
-            self.next_id,
-            serde_json::to_string_pretty(&request)?
-        );
-        let response = self
-            .http
-            .post(&self.args.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", "tools/call")
-            .header("Mcp-Name", tool)
-            .bearer_auth(&self.args.token)
-            .body(request.to_string())
-            .send()
-            .await?;
-        let status = response.status();
-        let body: Value = response.json().await?;
-        println!(
-            "<<< HTTP {status}\n{}",
-            serde_json::to_string_pretty(&body)?
-        );
-        Ok(body)
-    }
+/// Prints one round: what was sent, and what came back.
+fn show(url: &str, reply: &Reply) {
+    let pretty = |bytes: &[u8]| match serde_json::from_slice::<Value>(bytes) {
+        Ok(json) => serde_json::to_string_pretty(&json).unwrap_or_default(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    };
+    println!("\n>>> POST {url}\n{}", pretty(&reply.sent));
+    println!("<<< HTTP {}\n{}", reply.status, pretty(&reply.body));
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = parse_args().map_err(|e| format!("{e}\nusage: watchlist_walkthrough --token TOKEN [--url URL] [--movie-id N] [--answer WATCHED|WANT_TO_WATCH|decline]"))?;
-    let movie_id = args.movie_id;
-    let answer = args.answer.clone();
-    let mut client = Client {
-        http: reqwest::Client::new(),
-        args,
-        next_id: 0,
-    };
+async fn main() -> Result<(), String> {
+    let args = parse_args().map_err(|e| format!("{e}\n{USAGE}"))?;
+    let client = Client::new(args.url.clone()).with_bearer(&args.token);
 
-    println!("== Round 1: add movie {movie_id} without saying whether it was watched");
-    let arguments = json!({ "subject": { "movieId": movie_id.to_string() } });
-    let first = client
-        .call("addToWatchlist", json!({ "arguments": arguments }))
-        .await?;
-    let result = &first["result"];
-    if result["resultType"] != "input_required" {
-        println!("\nThe server answered at once (no question was needed).");
-        return Ok(());
-    }
-    for (key, request) in result["inputRequests"].as_object().into_iter().flatten() {
-        println!(
-            "\nThe server asks ({key}, {}): {}",
-            request["method"], request["params"]["message"]
-        );
-    }
-
-    let response = if answer == "decline" {
-        json!({ "action": "decline" })
-    } else {
-        json!({ "action": "accept", "content": { "status": answer } })
-    };
     println!(
-        "\n== Round 2: the user answers {response}; retry with a new id, the answer and the requestState"
+        "== addToWatchlist for movie {} without saying whether it was watched",
+        args.movie_id
     );
-    let retry = json!({
-        "arguments": arguments,
-        "inputResponses": { "status": response },
-        "requestState": result["requestState"],
-    });
-    client.call("addToWatchlist", retry).await?;
+    let user_answer = match args.answer.as_str() {
+        "decline" => json!({ "action": "decline" }),
+        status => json!({ "action": "accept", "content": { "status": status } }),
+    };
+    let arguments = json!({ "subject": { "movieId": args.movie_id.to_string() } });
+    let conversation = client
+        .converse("addToWatchlist", arguments, |_, _| user_answer.clone())
+        .await;
+    for (number, reply) in conversation.rounds.iter().enumerate() {
+        println!("\n== Round {}", number + 1);
+        show(&args.url, reply);
+        if reply.result_type() == "input_required" {
+            for (key, request) in reply.input_requests() {
+                let question = &request["params"]["message"];
+                println!("\nThe server asks ({key}): {question}\nThe user answers: {user_answer}");
+            }
+        }
+    }
+    if conversation.rounds.len() == 1 {
+        println!("\nThe server answered at once (no question was needed).");
+    }
 
     println!("\n== Read the watch list back");
-    client
-        .call("getWatchlist", json!({ "arguments": {} }))
-        .await?;
+    show(
+        &args.url,
+        &client.call_tool("getWatchlist", json!({})).await,
+    );
     Ok(())
 }

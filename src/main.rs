@@ -106,7 +106,7 @@ async fn main() -> anyhow::Result<()> {
 
 async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
     let mut registry = Registry::new();
-    let summarizer = Summarizer::configure(&cli.llm, &cli.serve).await?;
+    let summarizer = Summarizer::configure(&cli.llm, cli.serve.redis()).await?;
     tools::register(&mut registry, Arc::new(catalogue), Arc::new(summarizer));
     let info = ServerInfo {
         name: "moviedb-mcp".into(),

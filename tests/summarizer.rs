@@ -619,7 +619,10 @@ impl Server {
                 .unwrap_or_else(|e| panic!("cannot start moviedb-mcp: {e}"));
             let mut server = Self {
                 child,
-                client: Client::new(format!("http://{addr}{}", moviedb_mcp::app::MCP_PATH)),
+                client: support::checked_client(format!(
+                    "http://{addr}{}",
+                    moviedb_mcp::app::MCP_PATH
+                )),
                 log_path: log_path.clone(),
                 data: data.clone(),
             };

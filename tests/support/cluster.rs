@@ -429,7 +429,7 @@ pub struct Session {
 impl Session {
     pub fn new(url: String, token: String) -> Self {
         Self {
-            client: Client::new(url),
+            client: super::checked_client(url),
             bearer: token,
         }
     }

@@ -156,7 +156,10 @@ impl MovieServer {
                 data_dir: data_dir.clone(),
                 secret: secret.clone(),
                 database_url: database_url.clone(),
-                client: Client::new(format!("http://{addr}{}", moviedb_mcp::app::MCP_PATH)),
+                client: super::checked_client(format!(
+                    "http://{addr}{}",
+                    moviedb_mcp::app::MCP_PATH
+                )),
                 output_schemas: tokio::sync::OnceCell::new(),
                 _database: None,
             };

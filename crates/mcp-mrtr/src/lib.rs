@@ -10,12 +10,13 @@
 //! ## A server in a page
 //!
 //! A tool that asks the user a question, and the two rounds a client goes through to get its
-//! result (this example runs as a test):
+//! result, driven by the library's test client (feature `client`); this example runs as a test:
 //!
 //! ```
 //! use std::sync::Arc;
 //!
 //! use mcp_mrtr::auth::AnonymousOnly;
+//! use mcp_mrtr::client::{Client, accept};
 //! use mcp_mrtr::mrtr::{HandlerError, RequestContext};
 //! use mcp_mrtr::protocol::content::CallToolResult;
 //! use mcp_mrtr::protocol::input::Elicitation;
@@ -59,39 +60,14 @@
 //!     let url = format!("http://{}{}", listener.local_addr()?, service::MCP_PATH);
 //!     tokio::spawn(mcp_mrtr::transport::serve(listener, router, std::future::pending()));
 //!
-//!     let tea = json!({"item": "tea"});
-//!     let first = call(&url, json!({"name": "order", "arguments": tea})).await?;
-//!     assert_eq!(first["resultType"], "input_required");
-//!     assert_eq!(first["inputRequests"]["count"]["params"]["message"], "How many?");
-//!
-//!     // The retry: a new request with the answer and the echoed requestState.
-//!     let answer = json!({"count": {"action": "accept", "content": {"count": 2}}});
-//!     let state = first["requestState"].clone();
-//!     let params = json!({"name": "order", "arguments": tea,
-//!                         "inputResponses": answer, "requestState": state});
-//!     let done = call(&url, params).await?;
-//!     assert_eq!(done["content"][0]["text"], "Ordered 2 × tea");
+//!     // A client's rounds: the call, then the retry with the answer and the echoed
+//!     // requestState. `converse` answers each question with the closure and keeps every round.
+//!     let client = Client::new(url);
+//!     let answer = |_: &str, _: &Value| accept(json!({"count": 2}));
+//!     let talk = client.converse("order", json!({"item": "tea"}), answer).await;
+//!     assert_eq!(talk.questions(), [vec!["count".to_owned()], vec![]]);
+//!     assert_eq!(talk.last().text(), "Ordered 2 × tea");
 //!     Ok(())
-//! }
-//!
-//! /// `tools/call` as a 2026-07-28 client that can show forms sends it; returns the result.
-//! async fn call(url: &str, mut params: Value) -> anyhow::Result<Value> {
-//!     params["_meta"] = json!({
-//!         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-//!         "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
-//!     });
-//!     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-//!     let reply: Value = reqwest::Client::new()
-//!         .post(url)
-//!         .header("MCP-Protocol-Version", "2026-07-28")
-//!         .header("Mcp-Method", "tools/call")
-//!         .header("Mcp-Name", "order")
-//!         .json(&body)
-//!         .send()
-//!         .await?
-//!         .json()
-//!         .await?;
-//!     Ok(reply["result"].clone())
 //! }
 //! ```
 //!
@@ -112,10 +88,14 @@
 //! - [`transport`]: Streamable HTTP (axum) — the front door, the 2026-07-28 wire, the legacy
 //!   wire, responses and SSE.
 //! - [`service`]: all of it assembled from plain [`service::Settings`].
+//! - `client` (feature `client`): a scripted 2026-07-28 client for testing MRTR servers: whole
+//!   conversations answered by closures, or hand-built rounds.
 
 #![warn(missing_docs)]
 
 pub mod auth;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod mrtr;
 pub mod protocol;
 pub mod registry;

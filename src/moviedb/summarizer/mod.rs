@@ -26,7 +26,7 @@ use self::provider::{Provider, ProviderError};
 use super::catalogue;
 use super::model::Review;
 use super::summary::{self, MIN_REVIEWS_FOR_SUMMARY, ReviewSummary};
-use crate::config::ServeArgs;
+use crate::store::RedisStoreConfig;
 
 /// The words of a summary, the part a summarizer writes: one sentence and the themes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,9 +57,9 @@ const LENT_MODEL: &str = "client-sampling";
 const LENT_MODEL_MAX_TOKENS: u32 = 1024;
 
 impl Summarizer {
-    /// The summarizer the configuration asks for, with its cache shared in Redis when the server
-    /// runs with Redis. Says in the log, once, which one it is.
-    pub async fn configure(llm: &LlmArgs, serve: &ServeArgs) -> anyhow::Result<Self> {
+    /// The summarizer the configuration asks for, with its cache shared in `redis` when there is
+    /// one (the replicas' Redis). Says in the log, once, which one it is.
+    pub async fn configure(llm: &LlmArgs, redis: Option<RedisStoreConfig>) -> anyhow::Result<Self> {
         let provider = match llm.provider()? {
             None => {
                 tracing::info!(
@@ -78,12 +78,13 @@ impl Summarizer {
                 Some(Provider::new(config)?)
             }
         };
-        let cache = match serve.redis() {
+        let cache = match redis {
             Some(redis) => {
+                let prefix = redis.prefix.clone();
                 let cache = SummaryCache::shared_in_redis(redis)
                     .await
                     .context("connecting to Redis for the summary cache")?;
-                tracing::info!(prefix = %serve.redis_prefix, "summary cache shared in Redis");
+                tracing::info!(%prefix, "summary cache shared in Redis");
                 cache
             }
             None => SummaryCache::in_process(),

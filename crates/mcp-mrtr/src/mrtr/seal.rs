@@ -94,7 +94,7 @@ impl StateSealer {
             .unwrap_or_else(|_| unreachable!("a generated key is valid"))
     }
 
-    /// A new key in the configuration format, e.g. for `MOVIEDB_STATE_KEYS`.
+    /// A new key in the configuration format of [`StateSealer::from_spec`].
     pub fn generate_spec(id: &str) -> String {
         let mut material = [0u8; KEY_LEN];
         rand::thread_rng().fill_bytes(&mut material);

@@ -86,7 +86,7 @@ enum Segment {
     Variable(String),
 }
 
-/// A family of resources whose URIs match a template such as `movie://{id}`.
+/// A family of resources whose URIs match a template such as `note://{id}`.
 pub struct ResourceTemplate {
     /// The URI template, with `{name}` variables, shown in `resources/templates/list`.
     pub uri_template: String,
@@ -218,9 +218,9 @@ mod tests {
         assert_eq!(t.matches("test://template//data"), None);
         assert_eq!(t.matches("test://template/1/2/data"), None);
         assert_eq!(t.matches("test://other/123/data"), None);
-        let tail = template("movie://{id}");
+        let tail = template("note://{id}");
         assert_eq!(
-            tail.matches("movie://42"),
+            tail.matches("note://42"),
             Some(vec![("id".into(), "42".into())])
         );
     }

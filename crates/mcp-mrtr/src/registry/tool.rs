@@ -157,7 +157,7 @@ impl Tool {
     }
 }
 
-/// `Invalid arguments: subject.movieId: …`, or without a path when the arguments as a whole
+/// `Invalid arguments: order.count: …`, or without a path when the arguments as a whole
 /// do not fit (a missing field, not an object).
 fn argument_error(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
     let path = e.path().to_string();

@@ -1,7 +1,7 @@
 //! Streamable HTTP: the `/mcp` endpoint. It validates what HTTP adds (Origin, content type, size,
 //! the mirrored routing headers, the protocol version), resolves the caller, and hands the request
 //! to the protocol [`Server`], answering with JSON or with an SSE stream. It knows JSON-RPC and
-//! HTTP, never movies.
+//! HTTP, never what the tools are about.
 
 mod front;
 mod headers;

@@ -79,12 +79,12 @@ async fn expired_request_state_is_refused_without_running_the_tool() {
 #[tokio::test]
 async fn request_state_of_another_principal_is_refused_without_running_the_tool() {
     let server = TestServer::start().await;
-    let alice_client = server.client().as_user("alice");
+    let alice_client = server.client().with_header("x-test-user", "alice");
     let state = greet_round_one(&alice_client, json!({})).await;
 
     let bob = server
         .client()
-        .as_user("bob")
+        .with_header("x-test-user", "bob")
         .retry("greet", json!({}), alice(), Some(&state))
         .await;
     assert_refusal(&bob, "another principal");

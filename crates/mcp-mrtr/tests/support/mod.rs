@@ -2,8 +2,8 @@
 //!
 //! - [`server`]: the in-process server under test (the library's service on a free port) and
 //!   [`fixtures`], the test tools it offers;
-//! - [`client`]: a 2026-07-28 client over reqwest, and [`sse`] for reading streamed answers;
-//! - [`schema`]: validation of every message against the official JSON schema;
+//! - [`checked_client`]: the library's own client (`mcp_mrtr::client`), checking every message
+//!   against the official JSON schema with [`schema`];
 //! - [`net`]: free ports, random names, waiting on ports; [`redis`]: a private redis-server.
 //!
 //! The workspace's own tests (`tests/` at the root) include this module too, beside their own.
@@ -11,21 +11,25 @@
 //! every re-export below), hence the allowances.
 #![allow(dead_code, unused_imports)]
 
-pub mod client;
 pub mod fixtures;
 pub mod net;
 pub mod redis;
 pub mod schema;
 pub mod server;
-pub mod sse;
 
 use std::time::Duration;
 
-pub use client::{
-    Client, Reply, RpcRequest, accept, assert_structured_fits, default_capabilities, fresh_id,
+pub use mcp_mrtr::client::{
+    Client, EventStream, REQUEST_TIMEOUT, Reply, RpcRequest, accept, assert_structured_fits,
+    default_capabilities, fresh_id,
 };
 pub use server::{Probes, ServerOptions, TestServer, TestUserAuthenticator};
-pub use sse::EventStream;
+
+/// A client of the endpoint at `url` that checks every message the server sends against the
+/// official schema of 2026-07-28.
+pub fn checked_client(url: String) -> Client {
+    Client::new(url).observe(schema::validate_server_message)
+}
 
 /// The protocol revision the tests speak.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
@@ -34,9 +38,6 @@ pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-
-/// Upper bound for any single HTTP exchange, so a broken server fails a test instead of hanging it.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The tools `tools/list` shows, in registration order (hidden trigger tools are not listed).
 pub const LISTED_TOOLS: [&str; 10] = [

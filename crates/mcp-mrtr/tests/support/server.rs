@@ -14,7 +14,7 @@ use mcp_mrtr::service::{self, MCP_PATH, Settings};
 use mcp_mrtr::store::RedisStoreConfig;
 use tokio::sync::oneshot;
 
-use super::client::Client;
+use super::Client;
 use super::fixtures::test_registry;
 
 /// Resolves the caller from an `X-Test-User` header; without it the caller is anonymous.
@@ -169,7 +169,7 @@ impl TestServer {
 
     /// An anonymous client of this server.
     pub fn client(&self) -> Client {
-        Client::new(self.url())
+        super::checked_client(self.url())
     }
 }
 

@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 
-use super::schema;
+use super::Client;
 
 /// Splits an SSE body into lines and parses every `data:` line as one JSON message.
 #[derive(Default)]
@@ -52,16 +52,22 @@ fn parse_line(line: &[u8]) -> Option<Value> {
 
 /// A response read incrementally (SSE): progress, log messages, subscription events.
 pub struct EventStream {
+    /// The method of the request this answers.
     pub method: String,
+    /// The id the request carried.
     pub request_id: Option<Value>,
+    /// The HTTP status.
     pub status: StatusCode,
+    /// The HTTP headers.
     pub headers: HeaderMap,
     pub(super) body: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
     pub(super) parser: SseParser,
     pub(super) pending: VecDeque<Value>,
+    pub(super) client: Client,
 }
 
 impl EventStream {
+    /// The `Content-Type` of the response.
     pub fn content_type(&self) -> &str {
         self.headers
             .get("content-type")
@@ -75,7 +81,7 @@ impl EventStream {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             if let Some(message) = self.pending.pop_front() {
-                schema::validate_server_message(&self.method, &message);
+                self.client.observe_message(&self.method, &message);
                 return Some(message);
             }
             match tokio::time::timeout_at(deadline, self.body.next()).await {
