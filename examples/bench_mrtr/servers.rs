@@ -126,15 +126,18 @@ impl Server {
             for (name, _) in std::env::vars_os() {
                 let name_text = name.to_string_lossy();
                 if name_text.starts_with("MOVIEDB_")
+                    || name_text.starts_with("MCP_")
                     || name_text == "REDIS_URL"
                     || name_text == "DATABASE_URL"
                 {
                     command.env_remove(&name);
                 }
             }
+            // The movie server's name for the keys, and the conformance server's.
             command
                 .env("RUST_LOG", "warn")
-                .env("MOVIEDB_STATE_KEYS", state_keys);
+                .env("MOVIEDB_STATE_KEYS", state_keys)
+                .env("MCP_STATE_KEYS", state_keys);
             let redis = match kind {
                 Kind::Redis { url, prefix } => Some((url, prefix)),
                 Kind::Moviedb {

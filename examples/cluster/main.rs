@@ -131,7 +131,9 @@ fn shared_environment(redis_url: &str, database_url: Option<&str>) -> Vec<(Strin
     });
     let mut env = vec![
         ("REDIS_URL".to_owned(), redis_url.to_owned()),
-        ("MOVIEDB_STATE_KEYS".to_owned(), state_keys),
+        // The movie server's name for the keys, and the library's conformance server's.
+        ("MOVIEDB_STATE_KEYS".to_owned(), state_keys.clone()),
+        ("MCP_STATE_KEYS".to_owned(), state_keys),
         ("MOVIEDB_JWT_SECRET".to_owned(), jwt_secret),
     ];
     if let Some(url) = database_url {

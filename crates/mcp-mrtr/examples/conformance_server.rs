@@ -2,25 +2,26 @@
 //! the tools, prompts and resources `@modelcontextprotocol/conformance` calls, with their expected
 //! behaviour. Run it with `cargo run --example conformance_server -- --bind 127.0.0.1:3000`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use moviedb_mcp::app;
-use moviedb_mcp::auth::AnonymousOnly;
-use moviedb_mcp::config::ServeArgs;
-use moviedb_mcp::mrtr::{HandlerError, RequestContext};
-use moviedb_mcp::protocol::LogLevel;
-use moviedb_mcp::protocol::content::{
+use mcp_mrtr::auth::AnonymousOnly;
+use mcp_mrtr::mrtr::{HandlerError, RequestContext};
+use mcp_mrtr::protocol::LogLevel;
+use mcp_mrtr::protocol::content::{
     CallToolResult, Content, GetPromptResult, PromptMessage, ReadResourceResult, ResourceContents,
 };
-use moviedb_mcp::protocol::input::{
+use mcp_mrtr::protocol::input::{
     Elicitation, EmptyParams, InputRequest, Roots, Sampling, SamplingParams,
 };
-use moviedb_mcp::registry::{
+use mcp_mrtr::registry::{
     NoArguments, Prompt, PromptArgument, Registry, Resource, ResourceTemplate, Tool,
 };
-use moviedb_mcp::server::{Events, ServerEvent, ServerInfo};
+use mcp_mrtr::server::{Events, ServerEvent, ServerInfo};
+use mcp_mrtr::service::{self, Settings};
+use mcp_mrtr::store::RedisStoreConfig;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -30,15 +31,49 @@ const WAV: &str = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
 /// The conformance fixture server.
 #[derive(Debug, Parser)]
 struct Cli {
-    #[command(flatten)]
-    serve: ServeArgs,
+    /// Address to listen on; the MCP endpoint is /mcp.
+    #[arg(long, default_value = "127.0.0.1:3000")]
+    bind: SocketAddr,
+
+    /// requestState sealing keys, `id:base64-32-bytes[,id:key…]`, the same on every replica; a
+    /// development key when unset.
+    #[arg(long, env = "MCP_STATE_KEYS", hide_env_values = true)]
+    state_keys: Option<String>,
+
+    /// Redis shared by replicas (continuations, sessions, events); in memory when unset.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    redis_url: Option<String>,
+
+    /// Prefix of every Redis key this server writes.
+    #[arg(long, default_value = "mcp-conformance:")]
+    redis_prefix: String,
+}
+
+impl Cli {
+    fn settings(&self) -> Settings {
+        Settings {
+            state_keys: self.state_keys.clone(),
+            redis: self.redis_url.clone().map(|url| RedisStoreConfig {
+                url,
+                prefix: self.redis_prefix.clone(),
+                timeout: Duration::from_secs(1),
+            }),
+            loopback: self.bind.ip().is_loopback(),
+            ..Settings::default()
+        }
+    }
 }
 
 type ToolOutcome = Result<CallToolResult, HandlerError>;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    app::init_logging();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
     let events = Events::new();
     let mut registry = Registry::new();
@@ -49,12 +84,22 @@ async fn main() -> anyhow::Result<()> {
     prompts(&mut registry);
     resources(&mut registry);
     let info = ServerInfo {
-        name: "moviedb-mcp-conformance".into(),
+        name: "mcp-mrtr-conformance".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         instructions: None,
     };
-    let router = app::router(&cli.serve, registry, info, events, Arc::new(AnonymousOnly)).await?;
-    app::serve(&cli.serve, router).await
+    let router = service::router(
+        &cli.settings(),
+        registry,
+        info,
+        events,
+        Arc::new(AnonymousOnly),
+    )
+    .await?;
+    service::serve(cli.bind, router, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
 }
 
 fn no_args<F, Fut>(name: &str, description: &str, handler: F) -> Tool
@@ -376,7 +421,7 @@ fn input_required_tools(registry: &mut Registry) {
 }
 
 fn elicit_request(message: &str, schema: Value) -> InputRequest {
-    InputRequest::Elicit(moviedb_mcp::protocol::input::ElicitParams::Form {
+    InputRequest::Elicit(mcp_mrtr::protocol::input::ElicitParams::Form {
         message: message.into(),
         requested_schema: schema,
     })
