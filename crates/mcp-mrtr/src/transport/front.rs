@@ -12,84 +12,69 @@ use axum::http::{Response, StatusCode};
 use serde_json::Value;
 
 use super::Endpoint;
-use super::respond::{Accept, error, error_response, is_json};
+use super::respond::{Accept, WireError, is_json};
+use crate::protocol::Incoming;
 #[cfg(not(feature = "legacy"))]
 use crate::protocol::Method;
 #[cfg(not(feature = "legacy"))]
+use crate::protocol::ProtocolError;
+#[cfg(not(feature = "legacy"))]
 use crate::protocol::version;
-use crate::protocol::{Incoming, ProtocolError};
 
 /// `POST /mcp`.
 pub(super) async fn post(
     State(endpoint): State<Arc<Endpoint>>,
     http_request: axum::extract::Request,
-) -> Response<Body> {
+) -> Result<Response<Body>, WireError> {
     // Taken apart rather than extracted, which would copy the headers.
     let (parts, body) = http_request.into_parts();
     let headers = parts.headers;
-    if let Err(reason) = endpoint.options.origin.check(&headers) {
+    endpoint.options.origin.check(&headers).map_err(|reason| {
         tracing::warn!("refused request: {reason}");
-        return error(
-            StatusCode::FORBIDDEN,
-            None,
-            &ProtocolError::invalid_request(reason),
-        );
-    }
+        WireError::refused(StatusCode::FORBIDDEN, reason)
+    })?;
     if !is_json(&headers) {
-        return error(
+        return Err(WireError::refused(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            None,
-            &ProtocolError::invalid_request("Content-Type must be application/json"),
-        );
+            "Content-Type must be application/json",
+        ));
     }
-    let Some(accept) = Accept::from_headers(&headers) else {
-        return error(
+    let accept = Accept::from_headers(&headers).ok_or_else(|| {
+        WireError::refused(
             StatusCode::NOT_ACCEPTABLE,
-            None,
-            &ProtocolError::invalid_request(
-                "Accept must allow application/json or text/event-stream",
-            ),
-        );
-    };
+            "Accept must allow application/json or text/event-stream",
+        )
+    })?;
     let limit = endpoint.options.max_body_bytes;
-    let body = match to_bytes(body, limit).await {
-        Ok(body) => body,
-        Err(_) => {
-            let too_large = ProtocolError::invalid_request(format!(
-                "Request body is larger than {limit} bytes"
-            ));
-            return error(StatusCode::PAYLOAD_TOO_LARGE, None, &too_large);
-        }
-    };
-    let incoming = match Incoming::parse(&body) {
-        Ok(incoming) => incoming,
-        Err((id, e)) => return error_response(id.as_ref(), &e),
-    };
+    let body = to_bytes(body, limit).await.map_err(|_| {
+        let message = format!("Request body is larger than {limit} bytes");
+        WireError::refused(StatusCode::PAYLOAD_TOO_LARGE, message)
+    })?;
+    let incoming =
+        Incoming::parse(&body).map_err(|(id, e)| WireError::from(e).answering(id.as_ref()))?;
     #[cfg(feature = "legacy")]
     if super::legacy::routes_here(&headers, &incoming) {
         return super::legacy::post(&endpoint, &headers, accept, incoming).await;
     }
     #[cfg(not(feature = "legacy"))]
-    if let Some(refusal) = refuse_initialize(&incoming) {
-        return refusal;
-    }
+    refuse_initialize(&incoming)?;
     super::modern::post(&endpoint, &headers, accept, incoming).await
 }
 
 /// A modern-only server answers `initialize` with the versions it does support, so a legacy
 /// client can show its user why it cannot connect.
 #[cfg(not(feature = "legacy"))]
-fn refuse_initialize(incoming: &Incoming) -> Option<Response<Body>> {
+fn refuse_initialize(incoming: &Incoming) -> Result<(), WireError> {
     let Incoming::Request { id, method, params } = incoming else {
-        return None;
+        return Ok(());
     };
     if method != Method::Initialize.as_str() || params.contains_key("_meta") {
-        return None;
+        return Ok(());
     }
     let requested = params
         .get("protocolVersion")
         .and_then(Value::as_str)
         .unwrap_or("unknown");
     let refusal = ProtocolError::unsupported_version(requested, version::supported());
-    Some(error_response(Some(id), &refusal))
+    Err(WireError::from(refusal).answering(Some(id)))
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
+use axum::response::IntoResponse;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -18,11 +19,11 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::headers::header_text;
-use super::respond::{Accept, accepted, error, streamed, unauthorized};
+use super::respond::{Accept, WireError, accepted, streamed};
 use super::{Endpoint, TransportOptions, sse};
 use crate::auth::Principal;
 use crate::mrtr::{Asker, LegacyPeer, PendingAnswers};
-use crate::protocol::jsonrpc::{error_bytes, notification_bytes, success_bytes};
+use crate::protocol::jsonrpc::{notification_bytes, success_bytes};
 use crate::protocol::{
     ClientCapabilities, Incoming, LogLevel, Method, ProtocolError, RequestId, RequestMeta, version,
 };
@@ -116,62 +117,39 @@ pub(super) async fn post(
     headers: &HeaderMap,
     accept: Accept,
     incoming: Incoming,
-) -> Response<Body> {
-    let principal = match endpoint.options.authenticator.authenticate(headers) {
-        Ok(principal) => principal,
-        Err(e) => {
-            let id = match &incoming {
-                Incoming::Request { id, .. } | Incoming::Response { id, .. } => Some(id.clone()),
-                Incoming::Notification { .. } => None,
-            };
-            return match id {
-                Some(id) => unauthorized(&id, &e.0),
-                None => error(
-                    StatusCode::UNAUTHORIZED,
-                    None,
-                    &ProtocolError::invalid_request(e.0),
-                ),
-            };
-        }
-    };
-    let session_id = match header_text(headers, SESSION_HEADER) {
-        Ok(session_id) => session_id.map(str::to_owned),
-        Err(e) => return error(StatusCode::BAD_REQUEST, None, &e),
-    };
+) -> Result<Response<Body>, WireError> {
+    let principal = endpoint
+        .options
+        .authenticator
+        .authenticate(headers)
+        .map_err(|e| WireError::unauthorized(&e.0).answering(request_id(&incoming).as_ref()))?;
+    let session_id = header_text(headers, SESSION_HEADER)
+        .map_err(|e| WireError::from(e).with_status(StatusCode::BAD_REQUEST))?
+        .map(str::to_owned);
     let Some(session_id) = session_id else {
         return match incoming {
             Incoming::Request { id, method, params } if method == Method::Initialize.as_str() => {
-                initialize(endpoint, principal, &id, &params).await
+                Ok(initialize(endpoint, principal, &id, &params).await)
             }
             other => {
-                let id = request_id(&other);
-                let missing = ProtocolError::invalid_request(
-                    "Missing Mcp-Session-Id header: send initialize first",
-                );
-                error(StatusCode::BAD_REQUEST, id.as_ref(), &missing)
+                let missing = "Missing Mcp-Session-Id header: send initialize first";
+                Err(WireError::refused(StatusCode::BAD_REQUEST, missing)
+                    .answering(request_id(&other).as_ref()))
             }
         };
     };
-    let session = match load(endpoint, &session_id, &principal).await {
-        Ok(session) => session,
-        Err(refusal) => return refusal,
-    };
+    let session = load(endpoint, &session_id, &principal).await?;
     match incoming {
-        Incoming::Notification { .. } => accepted(),
+        Incoming::Notification { .. } => Ok(accepted()),
         Incoming::Response { id, outcome } => {
             deliver_answer(endpoint, &id, outcome);
-            accepted()
+            Ok(accepted())
         }
-        Incoming::Request { id, method, params } => {
-            match serve_request(
-                endpoint, principal, session_id, session, accept, &id, &method, params,
-            )
-            .await
-            {
-                Ok(response) => response,
-                Err(e) => legacy_error(&id, &e),
-            }
-        }
+        Incoming::Request { id, method, params } => serve_request(
+            endpoint, principal, session_id, session, accept, &id, &method, params,
+        )
+        .await
+        .map_err(|e| legacy_error(&id, e)),
     }
 }
 
@@ -295,7 +273,7 @@ async fn initialize(
     };
     let session_id = crate::store::ContinuationId::random().to_hex();
     if let Err(e) = save(endpoint, &session_id, &session).await {
-        return legacy_error(id, &e);
+        return legacy_error(id, e).into_response();
     }
     let server = &endpoint.server;
     let info = server.info();
@@ -319,11 +297,8 @@ async fn initialize(
 pub(super) async fn get(
     State(endpoint): State<Arc<Endpoint>>,
     headers: HeaderMap,
-) -> Response<Body> {
-    let (session_id, _) = match session_of(&endpoint, &headers).await {
-        Ok(found) => found,
-        Err(refusal) => return refusal,
-    };
+) -> Result<Response<Body>, WireError> {
+    let (session_id, _) = session_of(&endpoint, &headers).await?;
     let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
     let mut events = endpoint.server.events().subscribe();
     let watcher = endpoint.clone();
@@ -362,35 +337,31 @@ pub(super) async fn get(
             }
         }
     });
-    sse::stream(
+    Ok(sse::stream(
         ReceiverStream::new(frames_rx),
         sse::AbortOnDrop(task.abort_handle()),
         Some(endpoint.options.keepalive),
-    )
+    ))
 }
 
 /// Ends a session.
 pub(super) async fn delete(
     State(endpoint): State<Arc<Endpoint>>,
     headers: HeaderMap,
-) -> Response<Body> {
-    let (session_id, _) = match session_of(&endpoint, &headers).await {
-        Ok(found) => found,
-        Err(refusal) => return refusal,
-    };
+) -> Result<Response<Body>, WireError> {
+    let (session_id, _) = session_of(&endpoint, &headers).await?;
     match endpoint.legacy.sessions.delete_session(&session_id).await {
         Ok(()) => {
             tracing::info!(session = %session_id, "legacy session ended");
-            Response::builder()
+            Ok(Response::builder()
                 .status(StatusCode::OK)
                 .body(Body::empty())
-                .unwrap_or_default()
+                .unwrap_or_default())
         }
-        Err(e) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            None,
-            &ProtocolError::internal(e.to_string()),
-        ),
+        Err(e) => {
+            Err(WireError::from(ProtocolError::from(e))
+                .with_status(StatusCode::SERVICE_UNAVAILABLE))
+        }
     }
 }
 
@@ -398,33 +369,21 @@ pub(super) async fn delete(
 async fn session_of(
     endpoint: &Arc<Endpoint>,
     headers: &HeaderMap,
-) -> Result<(String, Session), Response<Body>> {
-    if let Err(reason) = endpoint.options.origin.check(headers) {
-        return Err(error(
-            StatusCode::FORBIDDEN,
-            None,
-            &ProtocolError::invalid_request(reason),
-        ));
-    }
+) -> Result<(String, Session), WireError> {
+    endpoint
+        .options
+        .origin
+        .check(headers)
+        .map_err(|reason| WireError::refused(StatusCode::FORBIDDEN, reason))?;
     let principal = endpoint
         .options
         .authenticator
         .authenticate(headers)
-        .map_err(|e| {
-            error(
-                StatusCode::UNAUTHORIZED,
-                None,
-                &ProtocolError::invalid_request(e.0),
-            )
-        })?;
+        .map_err(|e| WireError::unauthorized(&e.0))?;
     let session_id = header_text(headers, SESSION_HEADER)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, None, &e))?
+        .map_err(|e| WireError::from(e).with_status(StatusCode::BAD_REQUEST))?
         .ok_or_else(|| {
-            error(
-                StatusCode::BAD_REQUEST,
-                None,
-                &ProtocolError::invalid_request("Missing Mcp-Session-Id header"),
-            )
+            WireError::refused(StatusCode::BAD_REQUEST, "Missing Mcp-Session-Id header")
         })?
         .to_owned();
     let session = load(endpoint, &session_id, &principal).await?;
@@ -436,20 +395,18 @@ async fn load(
     endpoint: &Arc<Endpoint>,
     session_id: &str,
     principal: &Principal,
-) -> Result<Session, Response<Body>> {
+) -> Result<Session, WireError> {
     match read(endpoint, session_id).await {
         Ok(Some(session)) if session.principal == principal.id() => Ok(session),
-        Ok(Some(_)) => Err(error(
+        Ok(Some(_)) => Err(WireError::refused(
             StatusCode::FORBIDDEN,
-            None,
-            &ProtocolError::invalid_request("This session belongs to another user"),
+            "This session belongs to another user",
         )),
-        Ok(None) => Err(error(
+        Ok(None) => Err(WireError::refused(
             StatusCode::NOT_FOUND,
-            None,
-            &ProtocolError::invalid_request("Session not found: initialize a new one"),
+            "Session not found: initialize a new one",
         )),
-        Err(e) => Err(error(StatusCode::SERVICE_UNAVAILABLE, None, &e)),
+        Err(e) => Err(WireError::from(e).with_status(StatusCode::SERVICE_UNAVAILABLE)),
     }
 }
 
@@ -547,11 +504,11 @@ fn ok(id: &RequestId, result: Value) -> Response<Body> {
 
 /// On the legacy wire a JSON-RPC error travels with HTTP 200 (404 would mean "session gone" to the
 /// client), except the internal ones.
-fn legacy_error(id: &RequestId, e: &ProtocolError) -> Response<Body> {
+fn legacy_error(id: &RequestId, e: ProtocolError) -> WireError {
     let status = if e.code == crate::protocol::error::INTERNAL_ERROR {
         StatusCode::INTERNAL_SERVER_ERROR
     } else {
         StatusCode::OK
     };
-    sse::json(status, error_bytes(Some(id), e))
+    WireError::from(e).answering(Some(id)).with_status(status)
 }

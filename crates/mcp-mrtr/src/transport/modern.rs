@@ -12,8 +12,9 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::headers::{MCP_PROTOCOL_VERSION, check_method, check_name, check_params, header_text};
-use super::respond::{Accept, accepted, error_response, streamed, unauthorized};
+use super::respond::{Accept, WireError, accepted, streamed};
 use super::{Endpoint, sse};
+use crate::auth::Principal;
 use crate::protocol::jsonrpc::success_bytes;
 use crate::protocol::{Incoming, Method, ProtocolError, RequestId, RequestMeta, version};
 use crate::server::{Era, RequestEnv, Subscription};
@@ -24,21 +25,20 @@ pub(super) async fn post(
     headers: &HeaderMap,
     accept: Accept,
     incoming: Incoming,
-) -> Response<Body> {
+) -> Result<Response<Body>, WireError> {
     match incoming {
         // No client notification is defined for this wire; accept and ignore, as the binding says.
-        Incoming::Notification { .. } => accepted(),
-        Incoming::Response { id, .. } => error_response(
-            Some(&id),
-            &ProtocolError::invalid_request(
+        Incoming::Notification { .. } => Ok(accepted()),
+        Incoming::Response { id, .. } => {
+            let refusal = ProtocolError::invalid_request(
                 "Clients must not send JSON-RPC responses on this protocol version",
-            ),
-        ),
+            );
+            Err(WireError::from(refusal).answering(Some(&id)))
+        }
         Incoming::Request { id, method, params } => {
-            match request(endpoint, headers, accept, &id, &method, params).await {
-                Ok(response) => response,
-                Err(e) => error_response(Some(&id), &e),
-            }
+            request(endpoint, headers, accept, &id, &method, params)
+                .await
+                .map_err(|e| e.answering(Some(&id)))
         }
     }
 }
@@ -51,11 +51,25 @@ async fn request(
     id: &RequestId,
     method: &str,
     params: Map<String, Value>,
+) -> Result<Response<Body>, WireError> {
+    let principal = endpoint
+        .options
+        .authenticator
+        .authenticate(headers)
+        .map_err(|e| WireError::unauthorized(&e.0))?;
+    Ok(serve(endpoint, headers, accept, principal, id, method, params).await?)
+}
+
+/// Checks what a signed-in request carries, in the spec's order, and serves it.
+async fn serve(
+    endpoint: &Arc<Endpoint>,
+    headers: &HeaderMap,
+    accept: Accept,
+    principal: Principal,
+    id: &RequestId,
+    method: &str,
+    params: Map<String, Value>,
 ) -> Result<Response<Body>, ProtocolError> {
-    let principal = match endpoint.options.authenticator.authenticate(headers) {
-        Ok(principal) => principal,
-        Err(e) => return Ok(unauthorized(id, &e.0)),
-    };
     let Some(header_version) = header_text(headers, &MCP_PROTOCOL_VERSION)? else {
         return Err(ProtocolError::header_mismatch(
             "Missing MCP-Protocol-Version header",

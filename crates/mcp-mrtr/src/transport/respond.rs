@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use axum::response::IntoResponse;
 use futures::StreamExt;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
@@ -63,13 +64,13 @@ pub(super) async fn streamed(
     let guard = sse::AbortOnDrop(task.abort_handle());
     let first = match frames_rx.recv().await {
         Some(Frame::Final(Ok(body))) => return sse::json(StatusCode::OK, body),
-        Some(Frame::Final(Err(e))) => return error_response(Some(&id), &e),
+        Some(Frame::Final(Err(e))) => {
+            return WireError::from(e).answering(Some(&id)).into_response();
+        }
         Some(Frame::Notification(note)) => sse::frame(&note),
         None => {
-            return error_response(
-                Some(&id),
-                &ProtocolError::internal("the request ended without a response"),
-            );
+            let lost = ProtocolError::internal("the request ended without a response");
+            return WireError::from(lost).answering(Some(&id)).into_response();
         }
     };
     let rest = ReceiverStream::new(frames_rx).map(move |frame| match frame {
@@ -120,35 +121,74 @@ pub(super) fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
 }
 
-pub(super) fn error_response(id: Option<&RequestId>, e: &ProtocolError) -> Response<Body> {
-    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
-    error(status, id, e)
+/// A JSON-RPC error on its way back over HTTP: the error, the id of the request it answers when
+/// one is known, and the HTTP status (the error's own, unless a rule of the wire says another).
+#[derive(Debug)]
+pub(super) struct WireError {
+    error: ProtocolError,
+    id: Option<RequestId>,
+    status: Option<StatusCode>,
+    /// The `WWW-Authenticate` challenge of a refused credential.
+    challenge: Option<HeaderValue>,
 }
 
-pub(super) fn error(
-    status: StatusCode,
-    id: Option<&RequestId>,
-    e: &ProtocolError,
-) -> Response<Body> {
-    sse::json(status, error_bytes(id, e))
-}
-
-pub(super) fn unauthorized(id: &RequestId, reason: &str) -> Response<Body> {
-    let mut response = error(
-        StatusCode::UNAUTHORIZED,
-        Some(id),
-        &ProtocolError::invalid_request(format!("Unauthorized: {reason}")),
-    );
-    let challenge = format!(
-        "Bearer error=\"invalid_token\", error_description=\"{}\"",
-        reason.replace('"', "'")
-    );
-    if let Ok(value) = HeaderValue::from_str(&challenge) {
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, value);
+impl WireError {
+    /// An invalid request refused with `status` (403 for a foreign Origin, 415, 413…).
+    pub(super) fn refused(status: StatusCode, message: impl Into<String>) -> Self {
+        Self::from(ProtocolError::invalid_request(message)).with_status(status)
     }
-    response
+
+    /// HTTP 401 with a Bearer challenge naming `reason`.
+    pub(super) fn unauthorized(reason: &str) -> Self {
+        let challenge = format!(
+            "Bearer error=\"invalid_token\", error_description=\"{}\"",
+            reason.replace('"', "'")
+        );
+        Self {
+            challenge: HeaderValue::from_str(&challenge).ok(),
+            ..Self::refused(StatusCode::UNAUTHORIZED, format!("Unauthorized: {reason}"))
+        }
+    }
+
+    /// The same error, answering the request `id` (unless it already answers one).
+    pub(super) fn answering(mut self, id: Option<&RequestId>) -> Self {
+        if self.id.is_none() {
+            self.id = id.cloned();
+        }
+        self
+    }
+
+    /// The same error, sent with `status`.
+    pub(super) fn with_status(mut self, status: StatusCode) -> Self {
+        self.status = Some(status);
+        self
+    }
+}
+
+impl From<ProtocolError> for WireError {
+    fn from(error: ProtocolError) -> Self {
+        Self {
+            error,
+            id: None,
+            status: None,
+            challenge: None,
+        }
+    }
+}
+
+impl IntoResponse for WireError {
+    fn into_response(self) -> Response<Body> {
+        let status = self.status.unwrap_or_else(|| {
+            StatusCode::from_u16(self.error.http_status()).unwrap_or(StatusCode::BAD_REQUEST)
+        });
+        let mut response = sse::json(status, error_bytes(self.id.as_ref(), &self.error));
+        if let Some(challenge) = self.challenge {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, challenge);
+        }
+        response
+    }
 }
 
 /// HTTP 202 with no body: a notification or a client's answer was taken.
