@@ -17,6 +17,8 @@
 //! Absolute figures depend on the machine; only the ratios to the floor carry across machines.
 
 mod client;
+#[path = "../common/mod.rs"]
+mod common;
 mod floor;
 mod footprint;
 mod load;
@@ -31,7 +33,6 @@ use clap::{Parser, ValueEnum};
 use client::{Users, Workload};
 use load::{Round, Target, Until};
 use moviedb_mcp::mrtr::StateSealer;
-use rand::RngCore;
 use servers::{Binaries, Kind, Server};
 
 /// Redis tried when REDIS_URL is not set.
@@ -112,7 +113,7 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
     };
     let run = std::process::id();
     let prefix = format!("moviedb-bench-{run}:");
-    let jwt_secret = random_hex();
+    let jwt_secret = common::random_hex(32);
     let scratch = Scratch(std::env::temp_dir().join(format!("moviedb-bench-{run}")));
     let c = cli.concurrency;
 
@@ -199,12 +200,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn random_hex() -> String {
-    let mut bytes = [0u8; 32];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 async fn answers(url: &str) -> bool {

@@ -11,6 +11,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::process::{Child, Command};
 
+use crate::common::{free_port, stop, wait_until_listening};
+
 /// How long a server may take to accept connections (moviedb-mcp migrates and seeds first).
 const STARTUP_LIMIT: Duration = Duration::from_secs(60);
 /// How long a server may take to stop after SIGTERM.
@@ -163,7 +165,7 @@ impl Server {
                 .spawn()
                 .context("cannot start a server")?;
             let pid = child.id().context("the server exited at once")?;
-            match wait_until_listening(&mut child, addr).await {
+            match wait_until_listening(&mut child, addr, STARTUP_LIMIT).await {
                 Ok(()) => return Ok(Self { addr, pid, child }),
                 Err(e) => {
                     let _ = child.kill().await;
@@ -211,39 +213,6 @@ impl Server {
 
     /// SIGTERM, then SIGKILL if it is still there after a grace period.
     pub async fn stop(mut self) {
-        let asked = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.pid.to_string())
-            .status()
-            .await
-            .is_ok_and(|status| status.success());
-        if asked
-            && tokio::time::timeout(STOP_GRACE, self.child.wait())
-                .await
-                .is_ok()
-        {
-            return;
-        }
-        let _ = self.child.kill().await;
+        stop(&mut self.child, self.pid, STOP_GRACE).await;
     }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    let listener =
-        std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("cannot find a free port")?;
-    Ok(listener.local_addr()?.port())
-}
-
-async fn wait_until_listening(child: &mut Child, addr: SocketAddr) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + STARTUP_LIMIT;
-    while tokio::time::Instant::now() < deadline {
-        if let Some(status) = child.try_wait()? {
-            anyhow::bail!("the server exited ({status}) before listening on {addr}");
-        }
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    anyhow::bail!("the server did not listen on {addr} within {STARTUP_LIMIT:?}")
 }

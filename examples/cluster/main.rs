@@ -14,15 +14,17 @@
 //! SIGTERM stops the balancer and the replicas.
 
 mod balancer;
+#[path = "../common/mod.rs"]
+mod common;
 mod replicas;
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;
+use common::random_hex;
 use moviedb_mcp::app;
 use moviedb_mcp::mrtr::StateSealer;
-use rand::RngCore;
 use replicas::{Launch, Replica, Supervisor};
 
 /// Starts N replicas of an MCP server sharing Redis, and a round-robin balancer in front of them.
@@ -140,10 +142,4 @@ fn shared_environment(redis_url: &str, database_url: Option<&str>) -> Vec<(Strin
         env.push(("DATABASE_URL".to_owned(), url.to_owned()));
     }
     env
-}
-
-fn random_hex(bytes: usize) -> String {
-    let mut raw = vec![0u8; bytes];
-    rand::thread_rng().fill_bytes(&mut raw);
-    raw.iter().map(|b| format!("{b:02x}")).collect()
 }

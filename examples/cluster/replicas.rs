@@ -14,6 +14,8 @@ use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::common::{free_port, stop, wait_until_listening};
+
 /// How long a replica may take to accept connections (it may migrate and seed a database first).
 const STARTUP_LIMIT: Duration = Duration::from_secs(60);
 /// How long a replica may take to stop after SIGTERM.
@@ -59,7 +61,7 @@ async fn start(launch: &Launch, number: usize) -> anyhow::Result<Replica> {
             .with_context(|| format!("cannot start {}", launch.bin.display()))?;
         prefix_lines(number, child.stdout.take());
         prefix_lines(number, child.stderr.take());
-        match wait_until_listening(&mut child, addr).await {
+        match wait_until_listening(&mut child, addr, STARTUP_LIMIT).await {
             Ok(()) => {
                 let pid = child
                     .id()
@@ -77,12 +79,6 @@ async fn start(launch: &Launch, number: usize) -> anyhow::Result<Replica> {
     Err(failure)
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    let listener =
-        std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("cannot find a free port")?;
-    Ok(listener.local_addr()?.port())
-}
-
 /// Copies a replica's output to this process's stderr, each line prefixed with its number.
 fn prefix_lines(number: usize, output: Option<impl AsyncRead + Unpin + Send + 'static>) {
     let Some(output) = output else { return };
@@ -92,20 +88,6 @@ fn prefix_lines(number: usize, output: Option<impl AsyncRead + Unpin + Send + 's
             eprintln!("[replica {number}] {line}");
         }
     });
-}
-
-async fn wait_until_listening(child: &mut Child, addr: SocketAddr) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + STARTUP_LIMIT;
-    while tokio::time::Instant::now() < deadline {
-        if let Some(status) = child.try_wait()? {
-            anyhow::bail!("it exited ({status}) before listening on {addr}");
-        }
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    anyhow::bail!("it did not listen on {addr} within {STARTUP_LIMIT:?}")
 }
 
 /// Watches the running replicas, and stops them all on request.
@@ -146,23 +128,11 @@ async fn supervise(mut replica: Replica, mut stopping: watch::Receiver<bool>) {
 
 /// SIGTERM, so the replica finishes what it is doing; SIGKILL if it is still there after the grace.
 async fn terminate(replica: &mut Replica) {
-    let asked = Command::new("kill")
-        .arg("-TERM")
-        .arg(replica.pid.to_string())
-        .status()
-        .await
-        .is_ok_and(|status| status.success());
-    if asked
-        && tokio::time::timeout(STOP_GRACE, replica.child.wait())
-            .await
-            .is_ok()
-    {
-        return;
+    if !stop(&mut replica.child, replica.pid, STOP_GRACE).await {
+        tracing::warn!(
+            "replica {} (pid {}) did not stop on SIGTERM; it was killed",
+            replica.number,
+            replica.pid
+        );
     }
-    tracing::warn!(
-        "replica {} (pid {}) did not stop on SIGTERM; killing it",
-        replica.number,
-        replica.pid
-    );
-    let _ = replica.child.kill().await;
 }

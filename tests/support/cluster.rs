@@ -1,7 +1,7 @@
 //! Several replicas of the real `moviedb-mcp` binary sharing Redis and one PostgreSQL database, as
 //! child processes a test can address one by one or kill; the cluster launcher
-//! (`examples/cluster`) with its balancer in front of its own replicas; a private redis-server a
-//! test may stop and restart; and a signed-in client of any of them.
+//! (`examples/cluster`) with its balancer in front of its own replicas; and a signed-in
+//! [`Session`] (the movie support's) of any of them.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -13,6 +13,7 @@ use moviedb_mcp::mrtr::StateSealer;
 use rand::RngCore;
 use serde_json::{Value, json};
 
+pub use super::movies::Session;
 use super::net::{accepts_connections, free_port, random_hex, shared_redis_url, wait_until_closed};
 use super::postgres::TestDatabase;
 use super::{Client, Reply, RpcRequest};
@@ -220,7 +221,7 @@ impl Replicas {
 
     /// `user`, signed in, talking to replica `number` (1-based).
     pub fn session(&self, number: usize, user: &str) -> Session {
-        Session::new(self.replicas[number - 1].url(), self.settings.token(user))
+        Session::signed_in(self.replicas[number - 1].url(), self.settings.token(user))
     }
 }
 
@@ -354,7 +355,7 @@ impl Launcher {
 
     /// `user`, signed in, talking to the balancer.
     pub fn session(&self, user: &str) -> Session {
-        Session::new(self.balancer_url.clone(), self.settings.token(user))
+        Session::signed_in(self.balancer_url.clone(), self.settings.token(user))
     }
 
     pub fn replica(&self, number: usize) -> &LaunchedReplica {
@@ -412,74 +413,4 @@ fn signal(pid: u32, signal: &str) {
         .status()
         .expect("run kill");
     assert!(status.success(), "kill {signal} {pid} failed");
-}
-
-// ---------------------------------------------------------------------------------------------
-// A signed-in client
-// ---------------------------------------------------------------------------------------------
-
-/// One signed-in user of one endpoint (a replica or the balancer), with a client that can show
-/// forms.
-#[derive(Clone)]
-pub struct Session {
-    client: Client,
-    bearer: String,
-}
-
-impl Session {
-    pub fn new(url: String, token: String) -> Self {
-        Self {
-            client: super::checked_client(url),
-            bearer: token,
-        }
-    }
-
-    fn request(&self, method: &str) -> RpcRequest<'_> {
-        self.client
-            .request(method)
-            .header("authorization", format!("Bearer {}", self.bearer))
-            .capabilities(json!({"elicitation": {"form": {}}}))
-    }
-
-    /// `tools/call`: the first round.
-    pub async fn call(&self, tool: &str, arguments: Value) -> Reply {
-        self.request("tools/call")
-            .params(json!({"name": tool, "arguments": arguments}))
-            .send()
-            .await
-    }
-
-    /// The retry of an `input_required` call: same tool and arguments, the answers and the state.
-    pub async fn retry(
-        &self,
-        tool: &str,
-        arguments: Value,
-        input_responses: Value,
-        request_state: &str,
-    ) -> Reply {
-        self.request("tools/call")
-            .params(json!({
-                "name": tool,
-                "arguments": arguments,
-                "inputResponses": input_responses,
-                "requestState": request_state,
-            }))
-            .send()
-            .await
-    }
-
-    /// The items of this user's watch list (getWatchlist must succeed).
-    pub async fn watchlist(&self) -> Vec<Value> {
-        let reply = self.call("getWatchlist", json!({})).await;
-        assert_eq!(
-            reply.result_type(),
-            "complete",
-            "getWatchlist: {}",
-            reply.body_text()
-        );
-        reply.result()["structuredContent"]["items"]
-            .as_array()
-            .unwrap_or_else(|| panic!("getWatchlist without items: {}", reply.body_text()))
-            .clone()
-    }
 }

@@ -277,6 +277,14 @@ pub struct Session {
 }
 
 impl Session {
+    /// A user of the endpoint at `url` signed in with `token`.
+    pub fn signed_in(url: String, token: String) -> Self {
+        Self {
+            client: super::checked_client(url),
+            bearer: Some(token),
+        }
+    }
+
     /// A request with the standard headers and `_meta`, plus the bearer token if any.
     pub fn request(&self, method: &str) -> RpcRequest<'_> {
         let request = self.client.request(method);
