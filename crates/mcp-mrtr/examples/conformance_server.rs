@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use mcp_mrtr::auth::AnonymousOnly;
-use mcp_mrtr::mrtr::{HandlerError, RequestContext};
+use mcp_mrtr::mrtr::RequestContext;
 use mcp_mrtr::protocol::LogLevel;
 use mcp_mrtr::protocol::content::{
     CallToolResult, Content, GetPromptResult, PromptMessage, ReadResourceResult, ResourceContents,
@@ -16,9 +16,7 @@ use mcp_mrtr::protocol::content::{
 use mcp_mrtr::protocol::input::{
     Elicitation, EmptyParams, InputRequest, Roots, Sampling, SamplingParams,
 };
-use mcp_mrtr::registry::{
-    NoArguments, Prompt, PromptArgument, Registry, Resource, ResourceTemplate, Tool,
-};
+use mcp_mrtr::registry::{Prompt, PromptArgument, Registry, Resource, ResourceTemplate, Tool};
 use mcp_mrtr::server::{Events, ServerEvent, ServerInfo};
 use mcp_mrtr::service::{self, Settings};
 use mcp_mrtr::store::RedisStoreConfig;
@@ -64,8 +62,6 @@ impl Cli {
     }
 }
 
-type ToolOutcome = Result<CallToolResult, HandlerError>;
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let filter =
@@ -102,18 +98,10 @@ async fn main() -> anyhow::Result<()> {
     .await
 }
 
-fn no_args<F, Fut>(name: &str, description: &str, handler: F) -> Tool
-where
-    F: Fn(RequestContext) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ToolOutcome> + Send + 'static,
-{
-    Tool::new(name, description, move |ctx, _: NoArguments| handler(ctx))
-}
-
 /// Tools that return each kind of content, progress and log messages.
 fn content_tools(registry: &mut Registry) {
     registry
-        .add_tool(no_args(
+        .add_tool(Tool::without_arguments(
             "test_simple_text",
             "Returns a simple text response",
             |_| async {
@@ -122,7 +110,7 @@ fn content_tools(registry: &mut Registry) {
                 ))
             },
         ))
-        .add_tool(no_args(
+        .add_tool(Tool::without_arguments(
             "test_image_content",
             "Returns an image",
             |_| async {
@@ -132,13 +120,17 @@ fn content_tools(registry: &mut Registry) {
                 )]))
             },
         ))
-        .add_tool(no_args("test_audio_content", "Returns audio", |_| async {
-            Ok(CallToolResult::content(vec![Content::audio(
-                WAV,
-                "audio/wav",
-            )]))
-        }))
-        .add_tool(no_args(
+        .add_tool(Tool::without_arguments(
+            "test_audio_content",
+            "Returns audio",
+            |_| async {
+                Ok(CallToolResult::content(vec![Content::audio(
+                    WAV,
+                    "audio/wav",
+                )]))
+            },
+        ))
+        .add_tool(Tool::without_arguments(
             "test_embedded_resource",
             "Returns an embedded resource",
             |_| async {
@@ -151,7 +143,7 @@ fn content_tools(registry: &mut Registry) {
                 )]))
             },
         ))
-        .add_tool(no_args(
+        .add_tool(Tool::without_arguments(
             "test_multiple_content_types",
             "Returns text, an image and a resource",
             |_| async {
@@ -166,7 +158,7 @@ fn content_tools(registry: &mut Registry) {
                 ]))
             },
         ))
-        .add_tool(no_args(
+        .add_tool(Tool::without_arguments(
             "test_tool_with_logging",
             "Sends three log messages while it runs",
             |ctx| async move {
@@ -188,7 +180,7 @@ fn content_tools(registry: &mut Registry) {
                 ))
             },
         ))
-        .add_tool(no_args(
+        .add_tool(Tool::without_arguments(
             "test_tool_with_progress",
             "Reports progress 0, 50 and 100 of 100",
             |ctx| async move {
@@ -210,7 +202,7 @@ fn content_tools(registry: &mut Registry) {
                 }))
             },
         ))
-        .add_tool(no_args(
+        .add_tool(Tool::without_arguments(
             "test_error_handling",
             "Always fails with a tool error",
             |_| async {
@@ -219,7 +211,7 @@ fn content_tools(registry: &mut Registry) {
                 ))
             },
         ))
-        .add_tool(no_args(
+        .add_tool(Tool::without_arguments(
             "test_reconnection",
             "Returns after a short pause",
             |_| async {
@@ -261,7 +253,7 @@ fn interaction_tools(registry: &mut Registry) {
             let answer = ctx.elicit("response", &args.message, schema).await?;
             Ok(CallToolResult::text(describe(&answer)))
         }))
-        .add_tool(no_args("test_elicitation_sep1034_defaults", "Asks for a form whose fields have defaults", |ctx| async move {
+        .add_tool(Tool::without_arguments("test_elicitation_sep1034_defaults", "Asks for a form whose fields have defaults", |ctx| async move {
             let schema = json!({
                 "type": "object",
                 "properties": {
@@ -275,7 +267,7 @@ fn interaction_tools(registry: &mut Registry) {
             let answer = ctx.elicit("defaults", "Please review and update the form fields with defaults", schema).await?;
             Ok(CallToolResult::text(format!("Elicitation completed: {}", describe(&answer))))
         }))
-        .add_tool(no_args("test_elicitation_sep1330_enums", "Asks for a form with every enum style", |ctx| async move {
+        .add_tool(Tool::without_arguments("test_elicitation_sep1330_enums", "Asks for a form with every enum style", |ctx| async move {
             let options = ["option1", "option2", "option3"];
             let titled: Vec<Value> = options.iter().map(|o| json!({"const": o, "title": o.replace("option", "Option ")})).collect();
             let schema = json!({
@@ -329,22 +321,15 @@ fn confirm_form() -> Value {
     json!({"type": "object", "properties": {"ok": {"type": "boolean", "description": "Confirm"}}, "required": ["ok"]})
 }
 
-fn accepted_text(answer: &Elicitation, field: &str) -> Option<String> {
-    answer
-        .content()?
-        .get(field)
-        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
-}
-
 /// The MRTR tools of SEP-2322.
 fn input_required_tools(registry: &mut Registry) {
     registry
-        .add_tool(no_args("test_input_required_result_elicitation", "MRTR: asks the user's name", |ctx| async move {
+        .add_tool(Tool::without_arguments("test_input_required_result_elicitation", "MRTR: asks the user's name", |ctx| async move {
             let answer = ctx.elicit("user_name", "What is your name?", name_form()).await?;
-            let name = accepted_text(&answer, "name").unwrap_or_else(|| "stranger".into());
+            let name = answer.text("name").unwrap_or_else(|| "stranger".into());
             Ok(CallToolResult::text(format!("Hello, {name}!")))
         }))
-        .add_tool(no_args("test_input_required_result_sampling", "MRTR: asks the client's model a question", |ctx| async move {
+        .add_tool(Tool::without_arguments("test_input_required_result_sampling", "MRTR: asks the client's model a question", |ctx| async move {
             let params = SamplingParams::user_text("What is the capital of France?", 100);
             Ok(CallToolResult::text(match ctx.sample("sample_request", params).await? {
                 Sampling::Reply(reply) => format!("Sampling response: {}", reply.text),
@@ -352,18 +337,18 @@ fn input_required_tools(registry: &mut Registry) {
                 Sampling::Failed(why) => format!("Sampling failed: {why}"),
             }))
         }))
-        .add_tool(no_args("test_input_required_result_list_roots", "MRTR: asks for the client's roots", |ctx| async move {
+        .add_tool(Tool::without_arguments("test_input_required_result_list_roots", "MRTR: asks for the client's roots", |ctx| async move {
             Ok(CallToolResult::text(match ctx.list_roots("roots_request").await? {
                 Roots::Listed(roots) => format!("Found {} root(s)", roots.len()),
                 Roots::Unsupported => "The client does not support roots".into(),
                 Roots::Failed(why) => format!("Listing roots failed: {why}"),
             }))
         }))
-        .add_tool(no_args("test_input_required_result_request_state", "MRTR: asks for confirmation and keeps state", |ctx| async move {
+        .add_tool(Tool::without_arguments("test_input_required_result_request_state", "MRTR: asks for confirmation and keeps state", |ctx| async move {
             let answer = ctx.elicit("confirm", "Please confirm", confirm_form()).await?;
-            Ok(CallToolResult::text(format!("state-ok: confirmed={}", accepted_text(&answer, "ok").unwrap_or_else(|| "false".into()))))
+            Ok(CallToolResult::text(format!("state-ok: confirmed={}", answer.text("ok").unwrap_or_else(|| "false".into()))))
         }))
-        .add_tool(no_args("test_input_required_result_multiple_inputs", "MRTR: asks three questions in one round", |ctx| async move {
+        .add_tool(Tool::without_arguments("test_input_required_result_multiple_inputs", "MRTR: asks three questions in one round", |ctx| async move {
             let answers = ctx
                 .ask(vec![
                     ("user_name".into(), elicit_request("What is your name?", name_form())),
@@ -371,7 +356,7 @@ fn input_required_tools(registry: &mut Registry) {
                     ("client_roots".into(), InputRequest::ListRoots(EmptyParams {})),
                 ])
                 .await?;
-            let name = answers.elicitation("user_name").and_then(|a| accepted_text(a, "name")).unwrap_or_default();
+            let name = answers.elicitation("user_name").and_then(|a| a.text("name")).unwrap_or_default();
             let greeting = match answers.sampling("greeting") {
                 Some(Sampling::Reply(reply)) => reply.text.clone(),
                 _ => String::new(),
@@ -382,19 +367,19 @@ fn input_required_tools(registry: &mut Registry) {
             };
             Ok(CallToolResult::text(format!("name={name}; greeting={greeting}; roots={roots}")))
         }))
-        .add_tool(no_args("test_input_required_result_multi_round", "MRTR: asks two questions in two rounds", |ctx| async move {
+        .add_tool(Tool::without_arguments("test_input_required_result_multi_round", "MRTR: asks two questions in two rounds", |ctx| async move {
             let first = ctx.elicit("step1", "Step 1: What is your name?", name_form()).await?;
-            let name = accepted_text(&first, "name").unwrap_or_default();
+            let name = first.text("name").unwrap_or_default();
             let color_form = json!({"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]});
             let second = ctx.elicit("step2", "Step 2: What is your favorite color?", color_form).await?;
-            let color = accepted_text(&second, "color").unwrap_or_default();
+            let color = second.text("color").unwrap_or_default();
             Ok(CallToolResult::text(format!("{name} likes {color}")))
         }))
-        .add_tool(no_args("test_input_required_result_tampered_state", "MRTR: asks for confirmation; refuses altered state", |ctx| async move {
+        .add_tool(Tool::without_arguments("test_input_required_result_tampered_state", "MRTR: asks for confirmation; refuses altered state", |ctx| async move {
             let answer = ctx.elicit("confirm", "Please confirm", confirm_form()).await?;
-            Ok(CallToolResult::text(format!("confirmed={}", accepted_text(&answer, "ok").unwrap_or_else(|| "false".into()))))
+            Ok(CallToolResult::text(format!("confirmed={}", answer.text("ok").unwrap_or_else(|| "false".into()))))
         }))
-        .add_tool(no_args("test_input_required_result_capabilities", "MRTR: asks only what the client declared", |ctx| async move {
+        .add_tool(Tool::without_arguments("test_input_required_result_capabilities", "MRTR: asks only what the client declared", |ctx| async move {
             let answers = ctx
                 .ask(vec![
                     ("sample_input".into(), InputRequest::Sample(SamplingParams::user_text("Sample request", 50))),
@@ -432,7 +417,7 @@ fn stateless_tools(registry: &mut Registry, events: &Events) {
     let tools_changed = events.clone();
     let prompts_changed = events.clone();
     registry
-        .add_tool(no_args(
+        .add_tool(Tool::without_arguments(
             "test_missing_capability",
             "Needs the sampling capability",
             |ctx| async move {
@@ -440,7 +425,7 @@ fn stateless_tools(registry: &mut Registry, events: &Events) {
                 Ok(CallToolResult::text("Success"))
             },
         ))
-        .add_tool(no_args(
+        .add_tool(Tool::without_arguments(
             "test_streaming_elicitation",
             "Streams a progress notification, then its result",
             |ctx| async move {
@@ -458,7 +443,7 @@ fn stateless_tools(registry: &mut Registry, events: &Events) {
             }),
             |_, args| async move { Ok(CallToolResult::text(format!("Header value: {}", args["value"]))) },
         ))
-        .add_tool(no_args(
+        .add_tool(Tool::without_arguments(
             "test_logging_tool",
             "Logs only when the request asks for a log level",
             |ctx| async move {
@@ -468,7 +453,7 @@ fn stateless_tools(registry: &mut Registry, events: &Events) {
             },
         ))
         .add_tool(
-            no_args(
+            Tool::without_arguments(
                 "test_trigger_tool_change",
                 "Announces a change of the tool list",
                 move |_| {
@@ -482,7 +467,7 @@ fn stateless_tools(registry: &mut Registry, events: &Events) {
             .hidden(),
         )
         .add_tool(
-            no_args(
+            Tool::without_arguments(
                 "test_trigger_prompt_change",
                 "Announces a change of the prompt list",
                 move |_| {
@@ -545,7 +530,7 @@ fn prompts(registry: &mut Registry) {
             move |ctx, _| async move {
                 let form = json!({"type": "object", "properties": {"context": {"type": "string"}}, "required": ["context"]});
                 let answer = ctx.elicit("user_context", "What context should the prompt use?", form).await?;
-                let context = accepted_text(&answer, "context").unwrap_or_default();
+                let context = answer.text("context").unwrap_or_default();
                 Ok(text(&format!("Prompt with context: {context}")))
             },
         ));

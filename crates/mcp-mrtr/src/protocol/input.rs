@@ -177,6 +177,17 @@ impl Elicitation {
             _ => None,
         }
     }
+
+    /// One field of the accepted form as text (a string as it is, any other value as JSON);
+    /// `None` unless the user accepted and filled it.
+    pub fn text(&self, field: &str) -> Option<String> {
+        let value = self.content()?.get(field)?;
+        Some(
+            value
+                .as_str()
+                .map_or_else(|| value.to_string(), str::to_owned),
+        )
+    }
 }
 
 /// The client's answer to a sampling request.

@@ -70,6 +70,15 @@ impl Tool {
         Self::with_handler(name, description, input_schema_of::<A>(), Arc::new(erased))
     }
 
+    /// A tool that takes no arguments: its handler gets the request context only.
+    pub fn without_arguments<F, Fut>(name: &str, description: &str, handler: F) -> Self
+    where
+        F: Fn(RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<CallToolResult, HandlerError>> + Send + 'static,
+    {
+        Self::new(name, description, move |ctx, _: NoArguments| handler(ctx))
+    }
+
     /// A tool with a hand-written input schema and raw JSON arguments.
     pub fn with_raw_schema<F, Fut>(
         name: &str,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use mcp_mrtr::mrtr::{HandlerError, RequestContext};
+use mcp_mrtr::mrtr::RequestContext;
 use mcp_mrtr::protocol::LogLevel;
 use mcp_mrtr::protocol::content::{
     CallToolResult, Content, GetPromptResult, PromptMessage, ReadResourceResult, ResourceContents,
@@ -17,21 +17,11 @@ use serde_json::{Value, json};
 
 use super::server::Probes;
 
-type ToolOutcome = Result<CallToolResult, HandlerError>;
-
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct GreetArgs {
     /// The greeting to use, "Hello" by default.
     #[serde(default)]
     greeting: Option<String>,
-}
-
-fn name_form() -> Value {
-    json!({
-        "type": "object",
-        "properties": {"name": {"type": "string", "description": "Your name"}},
-        "required": ["name"]
-    })
 }
 
 fn text_form(field: &str) -> Value {
@@ -40,21 +30,6 @@ fn text_form(field: &str) -> Value {
         "properties": {field: {"type": "string"}},
         "required": [field]
     })
-}
-
-fn accepted(answer: &Elicitation, field: &str) -> Option<String> {
-    answer
-        .content()?
-        .get(field)
-        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
-}
-
-fn no_args<F, Fut>(name: &str, description: &str, handler: F) -> Tool
-where
-    F: Fn(RequestContext) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ToolOutcome> + Send + 'static,
-{
-    Tool::new(name, description, move |ctx, _: NoArguments| handler(ctx))
 }
 
 /// Marks `slow_progress` as dropped early when its future goes away before it finished.
@@ -72,9 +47,11 @@ impl Drop for DropProbe {
 pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
     let mut registry = Registry::new();
 
-    registry.add_tool(no_args("simple_text", "Returns a fixed text", |_| async {
-        Ok(CallToolResult::text("simple text"))
-    }));
+    registry.add_tool(Tool::without_arguments(
+        "simple_text",
+        "Returns a fixed text",
+        |_| async { Ok(CallToolResult::text("simple text")) },
+    ));
 
     let greet_probes = probes.clone();
     registry.add_tool(Tool::new(
@@ -86,25 +63,25 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
                 probes.greet_runs.fetch_add(1, Ordering::SeqCst);
                 let greeting = args.greeting.unwrap_or_else(|| "Hello".into());
                 let answer = ctx
-                    .elicit("user_name", "What is your name?", name_form())
+                    .elicit("user_name", "What is your name?", text_form("name"))
                     .await?;
                 let name = match &answer {
                     Elicitation::Unsupported => "stranger".to_owned(),
-                    other => accepted(other, "name").unwrap_or_else(|| "anonymous".into()),
+                    other => other.text("name").unwrap_or_else(|| "anonymous".into()),
                 };
                 Ok(CallToolResult::text(format!("{greeting}, {name}!")))
             }
         },
     ));
 
-    registry.add_tool(no_args(
+    registry.add_tool(Tool::without_arguments(
         "three_questions",
         "Asks name, colour and food in three rounds",
         |ctx| async move {
             let first = ctx
                 .elicit("step1", "What is your name?", text_form("name"))
                 .await?;
-            let name = accepted(&first, "name").unwrap_or_default();
+            let name = first.text("name").unwrap_or_default();
             let second = ctx
                 .elicit(
                     "step2",
@@ -112,11 +89,11 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
                     text_form("color"),
                 )
                 .await?;
-            let color = accepted(&second, "color").unwrap_or_default();
+            let color = second.text("color").unwrap_or_default();
             let third = ctx
                 .elicit("step3", "What is your favourite food?", text_form("food"))
                 .await?;
-            let food = accepted(&third, "food").unwrap_or_default();
+            let food = third.text("food").unwrap_or_default();
             Ok(CallToolResult::text(format!(
                 "{name} likes {color} and {food}"
             )))
@@ -124,7 +101,7 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
     ));
 
     let lookup_probes = probes.clone();
-    registry.add_tool(no_args(
+    registry.add_tool(Tool::without_arguments(
         "remembered_lookup",
         "Does an expensive lookup once, then asks for a rating",
         move |ctx| {
@@ -142,7 +119,7 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
                     "required": ["stars"]
                 });
                 let answer = ctx.elicit("rating", "How many stars?", form).await?;
-                let stars = accepted(&answer, "stars").unwrap_or_else(|| "no".into());
+                let stars = answer.text("stars").unwrap_or_else(|| "no".into());
                 Ok(CallToolResult::text(format!(
                     "{lookup}: rated {stars} stars"
                 )))
@@ -150,7 +127,7 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
         },
     ));
 
-    registry.add_tool(no_args(
+    registry.add_tool(Tool::without_arguments(
         "progress_steps",
         "Reports progress 1, 2 and 3 of 3",
         |ctx| async move {
@@ -162,7 +139,7 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
         },
     ));
 
-    registry.add_tool(no_args(
+    registry.add_tool(Tool::without_arguments(
         "chatty",
         "Logs at debug, info and error",
         |ctx| async move {
@@ -177,7 +154,7 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
     ));
 
     let slow_probes = probes.clone();
-    registry.add_tool(no_args(
+    registry.add_tool(Tool::without_arguments(
         "slow_progress",
         "Reports progress, then works for a minute",
         move |ctx| {
@@ -193,7 +170,7 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
         },
     ));
 
-    registry.add_tool(no_args(
+    registry.add_tool(Tool::without_arguments(
         "needs_sampling",
         "Cannot work without the sampling capability",
         |ctx| async move {
@@ -202,7 +179,7 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
         },
     ));
 
-    registry.add_tool(no_args(
+    registry.add_tool(Tool::without_arguments(
         "ask_model",
         "Asks the client's model for a one-line verdict; says why when there is none",
         |ctx| async move {
@@ -237,7 +214,7 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
 
     let tools_changed = events.clone();
     registry.add_tool(
-        no_args(
+        Tool::without_arguments(
             "trigger_tools_changed",
             "Announces a change of the tool list",
             move |_| {
@@ -253,7 +230,7 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
 
     let prompts_changed = events.clone();
     registry.add_tool(
-        no_args(
+        Tool::without_arguments(
             "trigger_prompts_changed",
             "Announces a change of the prompt list",
             move |_| {
