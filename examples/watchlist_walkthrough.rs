@@ -4,23 +4,35 @@
 //! Start the server (`cargo run`), get a token (`cargo run -- token --user alice`), then:
 //!
 //! ```text
-//! cargo run --example watchlist_walkthrough -- --token <TOKEN> [--movie-id 6] [--answer WATCHED]
+//! cargo run --example watchlist_walkthrough -- --token <TOKEN> [--movie-id N] [--answer WATCHED]
 //! ```
 //!
-//! Round 1 asks for the title without a status; the server answers `input_required` with an
-//! elicitation. The walkthrough plays the user, answers, and the client calls again with a new
-//! id, the answer and the echoed `requestState`. Then it reads the watch list back.
+//! Without `--movie-id` it picks a recommended movie that is not on the user's list yet, so the
+//! question is asked on every run. Round 1 adds it without a status; the server answers
+//! `input_required` with an elicitation. The walkthrough plays the user, answers, and the client
+//! calls again with a new id, the answer and the echoed `requestState`. Then it reads the watch
+//! list back.
 
 use mcp_mrtr::client::{Client, Reply};
 use serde_json::{Value, json};
 
-const USAGE: &str = "usage: watchlist_walkthrough --token TOKEN [--url URL] [--movie-id N] \
-                     [--answer WATCHED|WANT_TO_WATCH|decline]";
+const HELP: &str = "\
+Adds a movie to the signed-in user's watch list with addToWatchlist, over MRTR, and prints every
+round: the call without a status, the server's question (input_required), the retry with the
+answer and the echoed requestState, and the watch list read back.
+
+usage: watchlist_walkthrough --token TOKEN [--url URL] [--movie-id N] [--answer ANSWER]
+
+  --token TOKEN   a bearer token from `moviedb-mcp token --user NAME` (or MOVIEDB_TOKEN)
+  --url URL       the MCP endpoint (default http://127.0.0.1:3000/mcp)
+  --movie-id N    the movie to add; by default a recommended movie not on the list yet
+  --answer A      the user's answer: WATCHED (default), WANT_TO_WATCH, or decline
+  --help          this text";
 
 struct Args {
     url: String,
     token: String,
-    movie_id: u64,
+    movie_id: Option<u64>,
     answer: String,
 }
 
@@ -28,17 +40,22 @@ fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         url: "http://127.0.0.1:3000/mcp".into(),
         token: std::env::var("MOVIEDB_TOKEN").unwrap_or_default(),
-        movie_id: 6,
+        movie_id: None,
         answer: "WATCHED".into(),
     };
     let mut raw = std::env::args().skip(1);
     while let Some(flag) = raw.next() {
+        if flag == "--help" || flag == "-h" {
+            println!("{HELP}");
+            std::process::exit(0);
+        }
         let value = raw.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--url" => args.url = value,
             "--token" => args.token = value,
             "--movie-id" => {
-                args.movie_id = value.parse().map_err(|_| "--movie-id takes a number")?
+                let id = value.parse().map_err(|_| "--movie-id takes a number")?;
+                args.movie_id = Some(id);
             }
             "--answer" => args.answer = value,
             other => return Err(format!("unknown option {other}")),
@@ -50,6 +67,37 @@ fn parse_args() -> Result<Args, String> {
         );
     }
     Ok(args)
+}
+
+/// A recommended movie that is not on the user's watch list yet.
+async fn not_yet_listed(client: &Client) -> Result<String, String> {
+    let listed = client.call_tool("getWatchlist", json!({})).await;
+    let listed: Vec<&Value> = listed.result()["structuredContent"]["items"]
+        .as_array()
+        .ok_or("getWatchlist gave no items: is the token valid?")?
+        .iter()
+        .filter(|item| item["content"]["type"] == "movie")
+        .map(|item| &item["content"]["id"])
+        .collect();
+    for mood in [
+        "COMFORT",
+        "ADVENTURE",
+        "THOUGHTFUL",
+        "COMEDY",
+        "ROMANCE",
+        "HORROR",
+    ] {
+        let reply = client
+            .call_tool("recommendMoviesForMood", json!({"input": {"mood": mood}}))
+            .await;
+        let movies = reply.result()["structuredContent"]["movies"].clone();
+        for movie in movies.as_array().into_iter().flatten() {
+            if !listed.contains(&&movie["id"]) {
+                return Ok(movie["id"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+    }
+    Err("every recommended movie is already on the list; give --movie-id".into())
 }
 
 /// Prints one round: what was sent, and what came back.
@@ -64,18 +112,19 @@ fn show(url: &str, reply: &Reply) {
 
 #[tokio::main]
 async fn main() -> Result<(), String> {
-    let args = parse_args().map_err(|e| format!("{e}\n{USAGE}"))?;
+    let args = parse_args().map_err(|e| format!("{e}\n\n{HELP}"))?;
     let client = Client::new(args.url.clone()).with_bearer(&args.token);
+    let movie_id = match args.movie_id {
+        Some(id) => id.to_string(),
+        None => not_yet_listed(&client).await?,
+    };
 
-    println!(
-        "== addToWatchlist for movie {} without saying whether it was watched",
-        args.movie_id
-    );
+    println!("== addToWatchlist for movie {movie_id} without saying whether it was watched");
     let user_answer = match args.answer.as_str() {
         "decline" => json!({ "action": "decline" }),
         status => json!({ "action": "accept", "content": { "status": status } }),
     };
-    let arguments = json!({ "subject": { "movieId": args.movie_id.to_string() } });
+    let arguments = json!({ "subject": { "movieId": movie_id } });
     let conversation = client
         .converse("addToWatchlist", arguments, |_, _| user_answer.clone())
         .await;

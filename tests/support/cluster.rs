@@ -246,19 +246,24 @@ pub struct LaunchedReplica {
 
 /// `target/<profile>/examples/cluster`, next to the `moviedb-mcp` binary under test.
 pub fn launcher_binary() -> PathBuf {
+    example_binary("cluster")
+}
+
+/// `target/<profile>/examples/<name>`, next to the `moviedb-mcp` binary under test.
+pub fn example_binary(name: &str) -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_moviedb-mcp"));
-    let launcher = bin
+    let example = bin
         .parent()
         .expect("the binary is in a target folder")
         .join("examples")
-        .join(format!("cluster{}", std::env::consts::EXE_SUFFIX));
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     assert!(
-        launcher.is_file(),
-        "the cluster launcher is not built ({} is missing): run `cargo build --examples` before \
+        example.is_file(),
+        "the example {name} is not built ({} is missing): run `cargo build --examples` before \
          `cargo test` (.ci/run does)",
-        launcher.display()
+        example.display()
     );
-    launcher
+    example
 }
 
 /// The launcher running `count` replicas of `moviedb-mcp` behind its balancer; stopped with

@@ -209,6 +209,11 @@ impl MovieServer {
         self.data_dir = PathBuf::new();
     }
 
+    /// The MCP endpoint.
+    pub fn url(&self) -> &str {
+        self.client.url()
+    }
+
     /// A client without credentials.
     pub fn anonymous(&self) -> Session {
         Session {
