@@ -57,15 +57,18 @@ struct DatabaseArgs {
     jwt_secret: Option<String>,
 }
 
+/// The longest a token minted by `token` may live: a year.
+const MAX_TOKEN_HOURS: u64 = 24 * 365;
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Prints a bearer token for a user, creating the user if needed.
     Token {
-        /// The user name the token signs in as.
-        #[arg(long)]
+        /// The user name the token signs in as (not empty).
+        #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
         user: String,
-        /// Hours the token stays valid.
-        #[arg(long, default_value_t = 24 * 30)]
+        /// Hours the token stays valid, at most a year (8760).
+        #[arg(long, default_value_t = 24 * 30, value_parser = clap::value_parser!(u64).range(1..=MAX_TOKEN_HOURS))]
         hours: u64,
     },
     /// Adds a synthetic catalogue (for load tests) to the database.

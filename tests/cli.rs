@@ -1,0 +1,120 @@
+//! The command line as a user meets it: every flag `--help` lists is in the README's
+//! configuration table with its environment variable (and the table names no flag that does not
+//! exist), and the `token` subcommand refuses what it cannot sign.
+
+use std::collections::BTreeSet;
+use std::process::{Command, Output};
+
+fn moviedb(args: &[&str]) -> Output {
+    let data_dir = std::env::temp_dir().join(format!("moviedb-cli-test-{}", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_moviedb-mcp"))
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .output()
+        .expect("run moviedb-mcp");
+    let _ = std::fs::remove_dir_all(&data_dir);
+    output
+}
+
+/// The long flags a help text lists, with the environment variable of each when it has one.
+fn help_flags(help: &str) -> Vec<(String, Option<String>)> {
+    help.lines()
+        .map(str::trim_start)
+        .filter_map(|line| line.strip_prefix("--"))
+        .map(|rest| {
+            rest.split(|c: char| c.is_whitespace() || c == '<')
+                .next()
+                .unwrap_or("")
+        })
+        .filter(|flag| !["help", "version"].contains(flag))
+        .map(|flag| {
+            let description = help
+                .split(&format!("--{flag} "))
+                .nth(1)
+                .unwrap_or_default()
+                .split("\n      --")
+                .next()
+                .unwrap_or_default();
+            let env = description
+                .split("[env: ")
+                .nth(1)
+                .map(|rest| rest.split(['=', ']']).next().unwrap_or_default().to_owned());
+            (format!("--{flag}"), env)
+        })
+        .collect()
+}
+
+/// The rows of the README's configuration table: `| `--flag` | `ENV` | …`.
+fn readme_rows() -> Vec<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("read README.md");
+    let table = readme
+        .split("## Configuration")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the README has a Configuration section");
+    table
+        .lines()
+        .filter(|line| line.starts_with("| `--"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_readme_lists_every_flag_of_help_with_its_variable() {
+    let help = String::from_utf8(moviedb(&["--help"]).stdout).expect("help is text");
+    let flags = help_flags(&help);
+    assert!(flags.len() > 10, "--help lists the flags: {help}");
+    let rows = readme_rows();
+    for (flag, env) in &flags {
+        let row = rows
+            .iter()
+            .find(|row| row.starts_with(&format!("| `{flag}`")))
+            .unwrap_or_else(|| panic!("the README's configuration table has no row for {flag}"));
+        if let Some(env) = env {
+            assert!(
+                row.contains(env),
+                "the README row of {flag} names {env}: {row}"
+            );
+        }
+    }
+    let known: BTreeSet<&str> = flags.iter().map(|(flag, _)| flag.as_str()).collect();
+    for row in &rows {
+        let flag = row.split('`').nth(1).unwrap_or_default();
+        assert!(
+            known.contains(flag),
+            "the README lists {flag}, which --help does not know"
+        );
+    }
+}
+
+#[test]
+fn token_refuses_an_empty_user_and_an_endless_lifetime() {
+    for args in [
+        &["token", "--user", ""][..],
+        &["token", "--user", "alice", "--hours", "0"],
+        &["token", "--user", "alice", "--hours", "8761"],
+        &[
+            "token",
+            "--user",
+            "alice",
+            "--hours",
+            "18446744073709551615",
+        ],
+    ] {
+        let output = moviedb(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} is refused");
+        assert!(
+            stderr.contains("--user") || stderr.contains("--hours"),
+            "{args:?}: the refusal names the argument: {stderr}"
+        );
+        assert!(output.stdout.is_empty(), "{args:?} prints no token");
+    }
+    let output = moviedb(&["token", "--user", "alice", "--hours", "8760"]);
+    assert!(output.status.success(), "a year is allowed: {output:?}");
+    let token = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(token.trim().split('.').count(), 3, "a JWT: {token}");
+}
