@@ -1,6 +1,7 @@
 //! Running the movie server's endpoint from its command line: the library's assembly with the
 //! `MOVIEDB_*` settings, logging, and a stop on Ctrl-C or SIGTERM.
 
+use std::io::IsTerminal as _;
 use std::sync::Arc;
 
 use crate::auth::Authenticator;
@@ -30,9 +31,11 @@ pub async fn serve(args: &ServeArgs, router: axum::Router) -> anyhow::Result<()>
 pub fn init_logging() {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    // Colours only for a terminal: a log file or journal would keep the escape codes.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 
