@@ -493,3 +493,48 @@ async fn replicas_starting_together_seed_the_catalogue_once() {
         );
     }
 }
+
+/// Whether process `pid` still runs (a zombie waiting to be reaped does not).
+fn runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .next()?
+                .to_owned();
+            Some(state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
+}
+
+#[tokio::test]
+async fn a_test_that_fails_leaves_no_replica_running() {
+    let (pids_tx, pids) = tokio::sync::oneshot::channel();
+    let failing = tokio::spawn(async move {
+        let launcher = Launcher::start(2).await;
+        let mut pids: Vec<u32> = launcher.replicas.iter().map(|r| r.pid).collect();
+        pids.push(launcher.pid());
+        let _ = pids_tx.send(pids);
+        panic!("this test fails on purpose while its cluster runs");
+    });
+    let outcome = failing.await;
+    assert!(
+        outcome.as_ref().is_err_and(|e| e.is_panic()),
+        "the task panicked"
+    );
+    let pids = pids.await.expect("the cluster started");
+    assert_eq!(pids.len(), 3, "two replicas and the launcher: {pids:?}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(|pid| runs(*pid)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still running after the failed test: {:?}",
+            pids.iter().filter(|pid| runs(**pid)).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("after the failed test: launcher and replicas {pids:?} are all gone");
+}

@@ -5,6 +5,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -279,12 +280,19 @@ pub struct Launcher {
 }
 
 impl Launcher {
+    /// The launcher's process id (also its process group's).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub async fn start(count: usize) -> Self {
         let database = TestDatabase::create().await;
         let settings = SharedSettings::new(shared_redis_url());
         let log =
             std::env::temp_dir().join(format!("moviedb-cluster-launcher-{}.log", random_hex(8)));
         let mut child = command(&launcher_binary(), &settings)
+            // Its own process group, with the replicas it starts, so a failing test can end all.
+            .process_group(0)
             .args(["--replicas", &count.to_string(), "--port", "0"])
             .args(["--redis-url", &settings.redis_url])
             .args(["--database-url", &database.url])
@@ -402,7 +410,9 @@ impl Launcher {
 impl Drop for Launcher {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let _ = self.child.kill();
+            // The test failed: end the launcher and every replica it started, at once.
+            let group = format!("-{}", self.child.id());
+            let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
             let _ = self.child.wait();
         } else {
             self.stop();

@@ -1,7 +1,37 @@
 //! JSON-RPC errors as MCP defines them: the standard codes, the MCP-reserved codes with their typed
 //! `data`, and the HTTP status each one travels with on Streamable HTTP.
 
+use std::borrow::Cow;
+
 use serde_json::{Value, json};
+
+/// The most characters of a client-supplied value (a header, a name, a method) an error message
+/// or a log line repeats: enough to recognise it, never enough to amplify it.
+pub const ECHO_LIMIT: usize = 64;
+/// The longest error message sent, whatever it quotes.
+pub const MESSAGE_LIMIT: usize = 1024;
+
+/// `text` cut to at most `limit` bytes (at a character boundary), marked when it was cut.
+pub fn shortened(mut text: String, limit: usize) -> String {
+    if text.len() > limit {
+        let end = (0..=limit)
+            .rev()
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(0);
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
+/// `text` as it may be repeated back: whole when short, else its first [`ECHO_LIMIT`]
+/// characters and how long it really was.
+pub fn excerpt(text: &str) -> Cow<'_, str> {
+    match text.char_indices().nth(ECHO_LIMIT) {
+        None => Cow::Borrowed(text),
+        Some((end, _)) => Cow::Owned(format!("{}… ({} bytes)", &text[..end], text.len())),
+    }
+}
 
 /// JSON-RPC: the body is not valid JSON.
 pub const PARSE_ERROR: i64 = -32700;
@@ -38,7 +68,7 @@ impl ProtocolError {
     pub fn new(code: i64, message: impl Into<String>) -> Self {
         Self {
             code,
-            message: message.into(),
+            message: shortened(message.into(), MESSAGE_LIMIT),
             data: None,
             status_override: None,
         }
@@ -68,7 +98,10 @@ impl ProtocolError {
 
     /// An unknown method: -32601, sent with HTTP 404 when it is the whole response.
     pub fn method_not_found(method: &str) -> Self {
-        Self::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))
+        Self::new(
+            METHOD_NOT_FOUND,
+            format!("Method not found: {}", excerpt(method)),
+        )
     }
 
     /// Params that are missing or malformed: -32602.
@@ -109,7 +142,7 @@ impl ProtocolError {
     pub fn unsupported_version(requested: &str, supported: &[&str]) -> Self {
         Self::new(
             UNSUPPORTED_PROTOCOL_VERSION,
-            format!("Unsupported protocol version: {requested}"),
+            format!("Unsupported protocol version: {}", excerpt(requested)),
         )
         .with_data(json!({ "supported": supported, "requested": requested }))
     }
@@ -148,3 +181,26 @@ impl std::fmt::Display for ProtocolError {
 }
 
 impl std::error::Error for ProtocolError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoed_values_and_messages_are_bounded() {
+        assert_eq!(excerpt("tools/call"), "tools/call");
+        let long = "é".repeat(1000);
+        let cut = excerpt(&long);
+        assert!(
+            cut.starts_with(&"é".repeat(ECHO_LIMIT)) && cut.ends_with("… (2000 bytes)"),
+            "{cut}"
+        );
+        let message = ProtocolError::invalid_params("x".repeat(50_000)).message;
+        assert!(message.len() <= MESSAGE_LIMIT + '…'.len_utf8() && message.ends_with('…'));
+        assert_eq!(
+            shortened("é".repeat(3), 3),
+            "é…",
+            "cut at a character boundary"
+        );
+    }
+}

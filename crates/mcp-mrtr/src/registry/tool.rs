@@ -11,6 +11,7 @@ use super::BoxFuture;
 use super::schema::{input_schema_of, output_schema_of};
 use crate::mrtr::{HandlerError, RequestContext};
 use crate::protocol::content::CallToolResult;
+use crate::protocol::error::{MESSAGE_LIMIT, shortened};
 
 type ToolHandler =
     dyn Fn(RequestContext, Value) -> BoxFuture<Result<CallToolResult, HandlerError>> + Send + Sync;
@@ -170,11 +171,13 @@ impl Tool {
 /// do not fit (a missing field, not an object).
 fn argument_error(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
     let path = e.path().to_string();
-    if path == "." {
+    let message = if path == "." {
         format!("Invalid arguments: {}", e.inner())
     } else {
         format!("Invalid arguments: {path}: {}", e.inner())
-    }
+    };
+    // The message may quote the offending value, which the client chose the size of.
+    shortened(message, MESSAGE_LIMIT)
 }
 
 /// Finds `x-mcp-header` annotations on properties reachable through `properties` chains.

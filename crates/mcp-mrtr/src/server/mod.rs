@@ -15,6 +15,7 @@ use reply::{decorate, finish};
 
 use crate::auth::Principal;
 use crate::mrtr::{Asker, Call, Engine, Notifier};
+use crate::protocol::error::excerpt;
 use crate::protocol::version::{self, META_SERVER_INFO};
 use crate::protocol::{Method, ProtocolError, RequestMeta};
 use crate::registry::Registry;
@@ -255,10 +256,9 @@ impl Server {
         env: RequestEnv,
     ) -> Result<Reply, ProtocolError> {
         let name = required_str(params, "name")?;
-        let tool = self
-            .registry
-            .tool(name)
-            .ok_or_else(|| ProtocolError::invalid_params(format!("Unknown tool: {name}")))?;
+        let tool = self.registry.tool(name).ok_or_else(|| {
+            ProtocolError::invalid_params(format!("Unknown tool: {}", excerpt(name)))
+        })?;
         let no_arguments = Value::Object(Map::new());
         let arguments = match params.get("arguments") {
             None | Some(Value::Null) => &no_arguments,
@@ -279,10 +279,9 @@ impl Server {
         env: RequestEnv,
     ) -> Result<Reply, ProtocolError> {
         let name = required_str(params, "name")?;
-        let prompt = self
-            .registry
-            .prompt(name)
-            .ok_or_else(|| ProtocolError::invalid_params(format!("Unknown prompt: {name}")))?;
+        let prompt = self.registry.prompt(name).ok_or_else(|| {
+            ProtocolError::invalid_params(format!("Unknown prompt: {}", excerpt(name)))
+        })?;
         let arguments = match params.get("arguments") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(args)) => args.clone(),
@@ -318,10 +317,11 @@ impl Server {
                 .run(call, |ctx| template.read(ctx, uri.to_owned(), vars))
                 .await?
         } else {
-            return Err(
-                ProtocolError::invalid_params(format!("Resource not found: {uri}"))
-                    .with_data(json!({ "uri": uri })),
-            );
+            return Err(ProtocolError::invalid_params(format!(
+                "Resource not found: {}",
+                excerpt(uri)
+            ))
+            .with_data(json!({ "uri": uri })));
         };
         Ok(finish(outcome))
     }
@@ -344,7 +344,7 @@ impl Server {
             Some("ref/prompt") => {
                 let name = required_str(reference, "name")?;
                 let prompt = self.registry.prompt(name).ok_or_else(|| {
-                    ProtocolError::invalid_params(format!("Unknown prompt: {name}"))
+                    ProtocolError::invalid_params(format!("Unknown prompt: {}", excerpt(name)))
                 })?;
                 prompt.complete(arg_name, prefix)
             }

@@ -10,6 +10,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
+use crate::protocol::error::excerpt;
 use crate::protocol::{Method, ProtocolError};
 use crate::registry::HeaderParam;
 
@@ -57,7 +58,8 @@ pub fn check_method(headers: &HeaderMap, method: &str) -> Result<(), ProtocolErr
         None => Err(ProtocolError::header_mismatch("Missing Mcp-Method header")),
         Some(value) if value == method => Ok(()),
         Some(value) => Err(ProtocolError::header_mismatch(format!(
-            "Header mismatch: Mcp-Method header value '{value}' does not match body value '{method}'"
+            "Header mismatch: Mcp-Method header value '{}' does not match body value '{method}'",
+            excerpt(value)
         ))),
     }
 }
@@ -84,7 +86,9 @@ pub fn check_name(
         Ok(())
     } else {
         Err(ProtocolError::header_mismatch(format!(
-            "Header mismatch: Mcp-Name header value '{header}' does not match body value '{body}'"
+            "Header mismatch: Mcp-Name header value '{}' does not match body value '{}'",
+            excerpt(&header),
+            excerpt(body)
         )))
     }
 }

@@ -3,6 +3,8 @@
 
 use axum::http::{HeaderMap, header};
 
+use crate::protocol::error::excerpt;
+
 /// Which browser origins may call the endpoint; requests from others are refused with 403.
 #[derive(Debug, Clone, Default)]
 pub struct OriginPolicy {
@@ -37,7 +39,7 @@ impl OriginPolicy {
                     .split_once("://")
                     .is_some_and(|(_, authority)| is_local(authority));
             if !allowed {
-                return Err(format!("Origin {origin} is not allowed"));
+                return Err(format!("Origin {} is not allowed", excerpt(origin)));
             }
         }
         if self.check_host
@@ -51,7 +53,7 @@ impl OriginPolicy {
                 .iter()
                 .any(|a| a == "*" || a.split_once("://").is_some_and(|(_, auth)| auth == host));
             if !is_local(host) && !listed {
-                return Err(format!("Host {host} is not allowed"));
+                return Err(format!("Host {} is not allowed", excerpt(host)));
             }
         }
         Ok(())

@@ -460,3 +460,56 @@ async fn a_modern_only_server_names_its_versions_to_an_initialize() {
     );
     assert_eq!(message["error"]["data"]["requested"], "2025-11-25");
 }
+
+#[tokio::test]
+async fn client_supplied_values_are_echoed_only_as_a_short_prefix() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let huge_origin = format!("http://{}.example.com", "o".repeat(300_000));
+    let refused = client
+        .request("server/discover")
+        .header("Origin", huge_origin.clone())
+        .send()
+        .await;
+    assert_eq!(refused.status.as_u16(), 403, "a foreign origin is refused");
+    let message = refused.error_message();
+    assert!(
+        message.starts_with("Origin http://ooo")
+            && message.contains(&format!("({} bytes)", huge_origin.len())),
+        "the refusal names the origin by a prefix and its size: {message}"
+    );
+    println!(
+        "300 KB Origin: {} bytes of response body",
+        refused.body.len()
+    );
+    assert!(refused.body.len() < 1024, "{} bytes", refused.body.len());
+
+    let huge_name = "t".repeat(500_000);
+    let unknown = client
+        .request("tools/call")
+        .params(json!({"name": huge_name, "arguments": {}}))
+        .send()
+        .await;
+    assert_eq!(unknown.error_code(), -32602, "{}", unknown.error_message());
+    assert!(unknown.error_message().starts_with("Unknown tool: ttt"));
+    let mismatched = client
+        .request("tools/call")
+        .params(json!({"name": huge_name, "arguments": {}}))
+        .header("Mcp-Name", "greet")
+        .send()
+        .await;
+    assert_eq!(mismatched.error_code(), -32020);
+    println!(
+        "500 KB tool name: {} and {} bytes of response body",
+        unknown.body.len(),
+        mismatched.body.len()
+    );
+    for reply in [&unknown, &mismatched] {
+        assert!(
+            reply.body.len() < 1024,
+            "{} bytes: {}",
+            reply.body.len(),
+            reply.error_message()
+        );
+    }
+}
