@@ -26,6 +26,64 @@ fn text_of(response: &Value) -> String {
 }
 
 #[tokio::test]
+async fn what_a_session_keeps_is_bounded() {
+    let server = TestServer::start().await;
+    // An 878 KB clientInfo, as an attacker sent by the thousand: refused, no session minted.
+    let huge = json!({"name": "x".repeat(878_000), "version": "1"});
+    let body = json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": huge}
+    });
+    let refused = LegacyClient::new(server.url(), None)
+        .send_raw("initialize", &body, false)
+        .await;
+    assert_eq!(refused.error_code(), Some(-32602), "{:?}", refused.messages);
+    let message = refused.messages[0]["error"]["message"].to_string();
+    assert!(
+        message.contains("clientInfo") && message.contains("4096"),
+        "{message}"
+    );
+    assert_eq!(
+        refused.session_id, None,
+        "no session for a refused initialize"
+    );
+
+    // Subscriptions per session are capped; unsubscribing makes room again.
+    let client = session(&server, json!({})).await;
+    for n in 0..128 {
+        let reply = client
+            .request(
+                "resources/subscribe",
+                json!({"uri": format!("test://item/{n}")}),
+            )
+            .await;
+        assert_eq!(
+            reply.error_code(),
+            None,
+            "subscription {n}: {:?}",
+            reply.messages
+        );
+    }
+    let over = client
+        .request("resources/subscribe", json!({"uri": "test://item/128"}))
+        .await;
+    assert_eq!(over.error_code(), Some(-32602), "{:?}", over.messages);
+    assert!(
+        over.messages[0]["error"]["message"]
+            .to_string()
+            .contains("128")
+    );
+    let freed = client
+        .request("resources/unsubscribe", json!({"uri": "test://item/0"}))
+        .await;
+    assert_eq!(freed.error_code(), None, "{:?}", freed.messages);
+    let again = client
+        .request("resources/subscribe", json!({"uri": "test://item/128"}))
+        .await;
+    assert_eq!(again.error_code(), None, "{:?}", again.messages);
+}
+
+#[tokio::test]
 async fn initialize_opens_a_session_whose_results_are_plain_2025_results() {
     let server = TestServer::start().await;
     let client = session(&server, elicitation()).await;

@@ -152,8 +152,10 @@ enum Message {
     Other,
 }
 
-/// The members of a JSON-RPC object; unknown members are checked and skipped, and a repeated
-/// member keeps its last value, as a JSON object read into a map would.
+/// The members of a JSON-RPC object; unknown members are checked and skipped. A member given
+/// twice, here or in any object inside `params`, `result` or `error`, makes the message a parse
+/// error: a proxy or a log that reads the first value must not see another request than the one
+/// that runs.
 #[derive(Default)]
 struct Members {
     jsonrpc: Option<Value>,
@@ -175,6 +177,90 @@ enum Member {
     Error,
     #[serde(other)]
     Other,
+}
+
+impl Member {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Jsonrpc => "jsonrpc",
+            Self::Id => "id",
+            Self::Method => "method",
+            Self::Params => "params",
+            Self::Result => "result",
+            Self::Error => "error",
+            Self::Other => "other",
+        }
+    }
+}
+
+/// A JSON value read with no key repeated in any of its objects.
+struct Strict(Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value::<Strict>()?.0;
+            if object.contains_key(&key) {
+                return Err(de::Error::custom(format!(
+                    "duplicate key `{}`",
+                    super::error::excerpt(&key)
+                )));
+            }
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        while let Some(Strict(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_bool<E: de::Error>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_f64<E: de::Error>(self, value: f64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
 }
 
 impl<'de> Deserialize<'de> for Message {
@@ -207,7 +293,13 @@ impl<'de> Visitor<'de> for MessageVisitor {
                     continue;
                 }
             };
-            *slot = Some(map.next_value()?);
+            if slot.is_some() {
+                return Err(de::Error::custom(format!(
+                    "duplicate member `{}`",
+                    member.name()
+                )));
+            }
+            *slot = Some(map.next_value::<Strict>()?.0);
         }
         Ok(Message::Object(members))
     }
@@ -309,8 +401,8 @@ mod tests {
     }
 
     #[test]
-    fn a_request_keeps_its_params_and_a_repeated_member_its_last_value() {
-        let body = r#"{"jsonrpc":"2.0","id":"a","x":[1,{"y":null}],"method":"ping","id":7,
+    fn a_request_keeps_its_params_and_skips_unknown_members() {
+        let body = r#"{"jsonrpc":"2.0","x":[1,{"y":null}],"method":"ping","id":7,
                        "params":{"_meta":{"k":1}}}"#;
         let Ok(Incoming::Request { id, method, params }) = Incoming::parse(body.as_bytes()) else {
             panic!("not a request");
@@ -329,6 +421,28 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_key_given_twice_anywhere_is_a_parse_error() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":"a","method":"ping","id":7}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"t","params":{"arguments":[{"k":1,"k":2}]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"action":"accept","action":"decline"}}"#,
+        ] {
+            let Err((id, error)) = Incoming::parse(body.as_bytes()) else {
+                panic!("accepted {body}");
+            };
+            assert_eq!((error.code, error.http_status()), (-32700, 400), "{body}");
+            assert!(
+                error.message.contains("duplicate"),
+                "{body}: {}",
+                error.message
+            );
+            assert_eq!(id, None, "no id is trusted from such a message");
+        }
     }
 
     #[test]

@@ -30,6 +30,15 @@ use crate::protocol::{
 use crate::server::{Era, RequestEnv, ServerEvent};
 use crate::store::{RedisEventRelay, SessionStore};
 
+/// The most bytes of a client's `clientInfo` a session keeps (far more than a name and version).
+const MAX_CLIENT_INFO_BYTES: usize = 4096;
+/// The most bytes of a client's declared capabilities a session keeps.
+const MAX_CAPABILITIES_BYTES: usize = 8192;
+/// The most resources one session may subscribe to.
+const MAX_SUBSCRIPTIONS: usize = 128;
+/// The most bytes a session record may take in the store, whatever it holds.
+const MAX_SESSION_BYTES: usize = 64 * 1024;
+
 /// The newest legacy revision, offered when a client asks for one this server does not speak.
 const LATEST_LEGACY: &str = "2025-11-25";
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -195,6 +204,11 @@ async fn serve_request(
                 .ok_or_else(|| ProtocolError::invalid_params("Missing uri"))?;
             session.subscriptions.retain(|known| known != uri);
             if method == Method::ResourcesSubscribe {
+                if session.subscriptions.len() >= MAX_SUBSCRIPTIONS {
+                    return Err(ProtocolError::invalid_params(format!(
+                        "A session subscribes to at most {MAX_SUBSCRIPTIONS} resources"
+                    )));
+                }
                 session.subscriptions.push(uri.to_owned());
             }
             save(endpoint, &session_id, &session).await?;
@@ -259,14 +273,27 @@ async fn initialize(
     } else {
         LATEST_LEGACY
     };
+    let capabilities = params.get("capabilities");
+    let client_info = params.get("clientInfo");
+    for (name, value, limit) in [
+        ("capabilities", capabilities, MAX_CAPABILITIES_BYTES),
+        ("clientInfo", client_info, MAX_CLIENT_INFO_BYTES),
+    ] {
+        let size = value.map_or(0, |v| v.to_string().len());
+        if size > limit {
+            let refusal = ProtocolError::invalid_params(format!(
+                "{name} takes {size} bytes; this server keeps at most {limit}"
+            ));
+            return legacy_error(id, refusal).into_response();
+        }
+    }
     let session = Session {
         version: negotiated.to_owned(),
-        capabilities: params
-            .get("capabilities")
+        capabilities: capabilities
             .and_then(Value::as_object)
             .cloned()
             .unwrap_or_default(),
-        client_info: params.get("clientInfo").cloned(),
+        client_info: client_info.cloned(),
         principal: principal.id(),
         log_level: None,
         subscriptions: Vec::new(),
@@ -426,6 +453,12 @@ async fn save(
     session: &Session,
 ) -> Result<(), ProtocolError> {
     let bytes = serde_json::to_vec(session).map_err(|e| ProtocolError::internal(e.to_string()))?;
+    if bytes.len() > MAX_SESSION_BYTES {
+        return Err(ProtocolError::invalid_params(format!(
+            "The session would take {} bytes; a session takes at most {MAX_SESSION_BYTES}",
+            bytes.len()
+        )));
+    }
     endpoint
         .legacy
         .sessions

@@ -513,3 +513,28 @@ async fn client_supplied_values_are_echoed_only_as_a_short_prefix() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_key_given_twice_is_a_parse_error_and_nothing_runs() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"greet","_meta":{}}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"greet","name":"simple_text","arguments":{}}}"#,
+    ] {
+        let reply = client
+            .request("tools/call")
+            .header("Mcp-Name", "greet")
+            .raw_body(body)
+            .send()
+            .await;
+        assert_eq!(reply.status.as_u16(), 400, "{}", reply.body_text());
+        assert_eq!(reply.error_code(), -32700, "{}", reply.body_text());
+        assert!(
+            reply.error_message().contains("duplicate"),
+            "{}",
+            reply.error_message()
+        );
+    }
+    assert_eq!(server.probes.greet_runs(), 0, "no tool ran");
+}
