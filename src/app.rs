@@ -22,6 +22,22 @@ pub async fn router(
     mcp_mrtr::service::router(&args.settings(), registry, info, events, authenticator).await
 }
 
+/// Fails, saying what to set, when Redis is configured but does not answer: checked once at
+/// start-up, before the stores, the event relay and the summary cache all try it.
+pub async fn check_redis(args: &ServeArgs) -> anyhow::Result<()> {
+    let Some(config) = args.redis() else {
+        return Ok(());
+    };
+    match mcp_mrtr::store::connect_redis(&config).await {
+        Ok(_) => Ok(()),
+        Err(e) => anyhow::bail!(
+            "cannot reach Redis at {} ({e}): set REDIS_URL (or --redis-url) to a Redis that \
+             answers, or unset it to keep continuations and sessions in this process",
+            crate::moviedb::catalogue::redact(&config.url)
+        ),
+    }
+}
+
 /// Binds `args.bind` and serves until Ctrl-C or SIGTERM.
 pub async fn serve(args: &ServeArgs, router: axum::Router) -> anyhow::Result<()> {
     mcp_mrtr::service::serve(args.bind, router, shutdown_signal()).await

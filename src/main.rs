@@ -108,6 +108,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
+    app::check_redis(&cli.serve).await?;
     let mut registry = Registry::new();
     let summarizer = Summarizer::configure(&cli.llm, cli.serve.redis()).await?;
     tools::register(&mut registry, Arc::new(catalogue), Arc::new(summarizer));

@@ -118,3 +118,33 @@ fn token_refuses_an_empty_user_and_an_endless_lifetime() {
     let token = String::from_utf8_lossy(&output.stdout);
     assert_eq!(token.trim().split('.').count(), 3, "a JWT: {token}");
 }
+
+#[test]
+fn an_unreachable_redis_is_named_with_what_to_set() {
+    let data_dir = std::env::temp_dir().join(format!("moviedb-cli-redis-{}", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_moviedb-mcp"))
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .args(["--bind", "127.0.0.1:0"])
+        .env_remove("DATABASE_URL")
+        .env("REDIS_URL", "redis://reader:hunter2@127.0.0.1:1")
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run moviedb-mcp");
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "it does not serve without its Redis"
+    );
+    for expected in ["redis://reader:***@127.0.0.1:1", "REDIS_URL", "--redis-url"] {
+        assert!(
+            stderr.contains(expected),
+            "the error names {expected}: {stderr}"
+        );
+    }
+    assert!(
+        !stderr.contains("hunter2"),
+        "the password stays out of the error: {stderr}"
+    );
+}

@@ -57,7 +57,7 @@ pub async fn connect(
     config: &RedisStoreConfig,
 ) -> Result<(redis::Client, ConnectionManager), StoreError> {
     let client = redis::Client::open(config.url.as_str())
-        .map_err(|e| StoreError(format!("bad REDIS_URL: {e}")))?;
+        .map_err(|e| StoreError(format!("bad Redis URL: {e}")))?;
     let manager_config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(config.timeout))
         .set_response_timeout(Some(config.timeout))
