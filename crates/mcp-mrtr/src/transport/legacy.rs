@@ -121,6 +121,8 @@ pub(super) fn routes_here(headers: &HeaderMap, incoming: &Incoming) -> bool {
     }
 }
 
+/// Serves a message of the 2025-11-25 wire: `initialize` opens a session, anything else needs
+/// one.
 pub(super) async fn post(
     endpoint: &Arc<Endpoint>,
     headers: &HeaderMap,
