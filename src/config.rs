@@ -54,6 +54,11 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
 
+    /// Most requests read and handled at once; more wait a second, then get HTTP 503 with
+    /// Retry-After.
+    #[arg(long, env = "MOVIEDB_MAX_CONCURRENT_REQUESTS", default_value_t = 512)]
+    pub max_concurrent_requests: usize,
+
     /// Seconds between keep-alive comments on subscription streams.
     #[arg(long, env = "MOVIEDB_KEEPALIVE_SECS", default_value_t = 15)]
     pub keepalive_secs: u64,
@@ -71,6 +76,7 @@ impl ServeArgs {
             loopback: self.bind.ip().is_loopback(),
             max_body_bytes: self.max_body_bytes,
             keepalive: Duration::from_secs(self.keepalive_secs.max(1)),
+            max_concurrent_requests: self.max_concurrent_requests.max(1),
             legacy_request_timeout: Duration::from_secs(self.legacy_request_timeout_secs.max(1)),
             legacy_session_ttl: Duration::from_secs(self.legacy_session_ttl_secs.max(60)),
         }

@@ -41,6 +41,8 @@ pub struct Settings {
     pub max_body_bytes: usize,
     /// Period of keep-alive comments on long-lived streams.
     pub keepalive: Duration,
+    /// Most requests read and handled at once (more wait a second, then get 503).
+    pub max_concurrent_requests: usize,
     /// 2025-11-25 sessions: how long a tool waits for the client's answer to its question.
     pub legacy_request_timeout: Duration,
     /// 2025-11-25 sessions: how long an idle session lives.
@@ -58,6 +60,7 @@ impl Default for Settings {
             loopback: true,
             max_body_bytes: 1024 * 1024,
             keepalive: Duration::from_secs(15),
+            max_concurrent_requests: 512,
             legacy_request_timeout: Duration::from_secs(20),
             legacy_session_ttl: Duration::from_secs(24 * 3600),
         }
@@ -148,6 +151,7 @@ pub async fn router(
         authenticator,
         max_body_bytes: settings.max_body_bytes,
         keepalive: settings.keepalive,
+        max_concurrent_requests: settings.max_concurrent_requests,
         #[cfg(feature = "legacy")]
         legacy: crate::transport::LegacyOptions {
             request_timeout: settings.legacy_request_timeout,

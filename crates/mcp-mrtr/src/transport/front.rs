@@ -11,8 +11,8 @@ use axum::http::{Response, StatusCode};
 #[cfg(not(feature = "legacy"))]
 use serde_json::Value;
 
-use super::Endpoint;
 use super::respond::{Accept, WireError, is_json};
+use super::{BUSY_WAIT, Endpoint};
 use crate::protocol::Incoming;
 #[cfg(not(feature = "legacy"))]
 use crate::protocol::Method;
@@ -29,6 +29,13 @@ pub(super) async fn post(
     // Taken apart rather than extracted, which would copy the headers.
     let (parts, body) = http_request.into_parts();
     let headers = parts.headers;
+    // Held while the body is read and the request handled; a streamed answer returns its
+    // response, and so its turn, as soon as the stream starts.
+    let _turn = match tokio::time::timeout(BUSY_WAIT, endpoint.turns.clone().acquire_owned()).await
+    {
+        Ok(Ok(turn)) => turn,
+        _ => return Err(WireError::busy()),
+    };
     endpoint.options.origin.check(&headers).map_err(|reason| {
         tracing::warn!("refused request: {reason}");
         WireError::refused(StatusCode::FORBIDDEN, reason)

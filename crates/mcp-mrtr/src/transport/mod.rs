@@ -35,14 +35,23 @@ pub struct TransportOptions {
     pub max_body_bytes: usize,
     /// Period of SSE comment lines on long-lived streams.
     pub keepalive: Duration,
+    /// Most requests read and handled at once; more wait up to [`BUSY_WAIT`], then get HTTP 503
+    /// with `Retry-After`. A streamed answer stops counting once its stream has started.
+    pub max_concurrent_requests: usize,
     /// The 2025-11-25 wire's settings.
     #[cfg(feature = "legacy")]
     pub legacy: legacy::LegacyOptions,
 }
 
+/// How long a request waits for a turn when [`TransportOptions::max_concurrent_requests`] are
+/// being handled, before it is answered 503.
+pub const BUSY_WAIT: Duration = Duration::from_secs(1);
+
 pub(crate) struct Endpoint {
     server: Arc<Server>,
     options: TransportOptions,
+    /// One per request being read or handled.
+    turns: Arc<tokio::sync::Semaphore>,
     #[cfg(feature = "legacy")]
     legacy: legacy::LegacyWire,
 }
@@ -54,6 +63,7 @@ pub fn router(server: Arc<Server>, options: TransportOptions, path: &str) -> Rou
         let mut options = options;
         let wire = legacy::LegacyWire::start(&mut options);
         let endpoint = Endpoint {
+            turns: turns(&options),
             server,
             options,
             legacy: wire,
@@ -66,11 +76,22 @@ pub fn router(server: Arc<Server>, options: TransportOptions, path: &str) -> Rou
         let route = post(front::post)
             .get(respond::method_not_allowed)
             .delete(respond::method_not_allowed);
-        (Endpoint { server, options }, route)
+        let endpoint = Endpoint {
+            turns: turns(&options),
+            server,
+            options,
+        };
+        (endpoint, route)
     };
     Router::new()
         .route(path, route)
         .with_state(Arc::new(endpoint))
+}
+
+fn turns(options: &TransportOptions) -> Arc<tokio::sync::Semaphore> {
+    Arc::new(tokio::sync::Semaphore::new(
+        options.max_concurrent_requests.max(1),
+    ))
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, with Nagle's algorithm off on every

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
 use axum::response::IntoResponse;
 use futures::StreamExt;
 use serde_json::{Map, Value};
@@ -128,8 +128,9 @@ pub(super) struct WireError {
     error: ProtocolError,
     id: Option<RequestId>,
     status: Option<StatusCode>,
-    /// The `WWW-Authenticate` challenge of a refused credential.
-    challenge: Option<HeaderValue>,
+    /// A header the refusal needs: the `WWW-Authenticate` challenge of a refused credential, or
+    /// the `Retry-After` of a busy server.
+    header: Option<(HeaderName, HeaderValue)>,
 }
 
 impl WireError {
@@ -145,8 +146,19 @@ impl WireError {
             reason.replace('"', "'")
         );
         Self {
-            challenge: HeaderValue::from_str(&challenge).ok(),
+            header: HeaderValue::from_str(&challenge)
+                .ok()
+                .map(|value| (header::WWW_AUTHENTICATE, value)),
             ..Self::refused(StatusCode::UNAUTHORIZED, format!("Unauthorized: {reason}"))
+        }
+    }
+
+    /// HTTP 503 with `Retry-After: 1`: every turn stayed taken for the whole wait.
+    pub(super) fn busy() -> Self {
+        let error = ProtocolError::internal("The server is busy; try again in a moment");
+        Self {
+            header: Some((header::RETRY_AFTER, HeaderValue::from_static("1"))),
+            ..Self::from(error).with_status(StatusCode::SERVICE_UNAVAILABLE)
         }
     }
 
@@ -171,7 +183,7 @@ impl From<ProtocolError> for WireError {
             error,
             id: None,
             status: None,
-            challenge: None,
+            header: None,
         }
     }
 }
@@ -182,10 +194,8 @@ impl IntoResponse for WireError {
             StatusCode::from_u16(self.error.http_status()).unwrap_or(StatusCode::BAD_REQUEST)
         });
         let mut response = sse::json(status, error_bytes(self.id.as_ref(), &self.error));
-        if let Some(challenge) = self.challenge {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, challenge);
+        if let Some((name, value)) = self.header {
+            response.headers_mut().insert(name, value);
         }
         response
     }

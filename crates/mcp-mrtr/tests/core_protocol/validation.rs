@@ -1,6 +1,9 @@
 //! Validation of what HTTP and `_meta` carry: versions, routing headers, `x-mcp-header`
 //! parameters, methods, capabilities, ids, Origin, content type, size, JSON.
 
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
@@ -537,4 +540,51 @@ async fn a_key_given_twice_is_a_parse_error_and_nothing_runs() {
         );
     }
     assert_eq!(server.probes.greet_runs(), 0, "no tool ran");
+}
+
+#[tokio::test]
+async fn requests_beyond_the_concurrency_cap_wait_then_get_503_with_retry_after() {
+    let server = TestServer::start_with(ServerOptions {
+        max_concurrent_requests: 1,
+        ..ServerOptions::default()
+    })
+    .await;
+    let client = server.client();
+    // slow_progress without a progress token answers with JSON after a minute: it holds the
+    // only turn while it works.
+    let slow_client = client.clone();
+    let slow = tokio::spawn(async move {
+        slow_client
+            .request("tools/call")
+            .params(json!({"name": "slow_progress", "arguments": {}}))
+            .send()
+            .await
+    });
+    let started = tokio::time::Instant::now();
+    while !server.probes.slow_started.load(Ordering::SeqCst) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "slow_progress started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let busy = client.call_tool("simple_text", json!({})).await;
+    assert_eq!(busy.status.as_u16(), 503, "{}", busy.body_text());
+    assert_eq!(busy.header("retry-after"), Some("1"));
+    assert_eq!(busy.error_code(), -32603, "{}", busy.body_text());
+
+    // Once the slow call is gone (its client gave up), the turn is free again.
+    slow.abort();
+    let freed = tokio::time::Instant::now();
+    loop {
+        let reply = client.call_tool("simple_text", json!({})).await;
+        if reply.status.as_u16() == 200 {
+            assert_eq!(reply.text(), "simple text");
+            break;
+        }
+        assert!(
+            freed.elapsed() < Duration::from_secs(10),
+            "the turn came back"
+        );
+    }
 }

@@ -45,6 +45,8 @@ pub struct ServerOptions {
     pub state_keys: Option<String>,
     /// How long a legacy call waits for the client's answer.
     pub legacy_request_timeout_secs: u64,
+    /// Most requests handled at once.
+    pub max_concurrent_requests: usize,
 }
 
 impl Default for ServerOptions {
@@ -57,6 +59,7 @@ impl Default for ServerOptions {
             redis_url: None,
             state_keys: None,
             legacy_request_timeout_secs: 20,
+            max_concurrent_requests: 512,
         }
     }
 }
@@ -120,6 +123,7 @@ impl TestServer {
             loopback: true,
             max_body_bytes: options.max_body_bytes,
             keepalive: Duration::from_secs(options.keepalive_secs),
+            max_concurrent_requests: options.max_concurrent_requests,
             legacy_request_timeout: Duration::from_secs(options.legacy_request_timeout_secs),
             legacy_session_ttl: Duration::from_secs(3600),
         };
