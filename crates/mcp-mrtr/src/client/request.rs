@@ -223,7 +223,7 @@ impl<'c> RpcRequest<'c> {
     /// the schema.
     pub async fn send(self) -> Reply {
         let tool = match self.method.as_str() {
-            "tools/call" => self.params.get("name").and_then(Value::as_str),
+            m if m == Method::ToolsCall.as_str() => self.params.get("name").and_then(Value::as_str),
             _ => None,
         };
         let output_schema = match tool {
