@@ -40,7 +40,7 @@ pub async fn check_redis(args: &ServeArgs) -> anyhow::Result<()> {
 
 /// Binds `args.bind` and serves until Ctrl-C or SIGTERM.
 pub async fn serve(args: &ServeArgs, router: axum::Router) -> anyhow::Result<()> {
-    mcp_mrtr::service::serve(args.bind, router, shutdown_signal()).await
+    mcp_mrtr::service::serve(args.bind, &args.settings(), router, shutdown_signal()).await
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`).

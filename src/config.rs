@@ -24,6 +24,11 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_CONTINUATION_CAPACITY", default_value_t = 100_000)]
     pub continuation_capacity: u64,
 
+    /// Most pending continuations, and apart legacy sessions, one caller holds at once: a
+    /// signed-in user, or an anonymous caller's address. Past it, the caller's own oldest go.
+    #[arg(long, env = "MOVIEDB_SHARE_PER_CALLER", default_value_t = 1_000)]
+    pub share_per_caller: u64,
+
     /// Redis URL for the shared continuation store (`redis://127.0.0.1:6379`); every replica
     /// pointed at the same Redis can resume any call. In-memory store when unset.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
@@ -42,9 +47,14 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_LEGACY_REQUEST_TIMEOUT", default_value_t = 20)]
     pub legacy_request_timeout_secs: u64,
 
-    /// Legacy (2025-11-25) sessions: how long an idle session lives, in seconds.
-    #[arg(long, env = "MOVIEDB_LEGACY_SESSION_TTL", default_value_t = 24 * 3600)]
-    pub legacy_session_ttl_secs: u64,
+    /// Legacy (2025-11-25) sessions: how long a session lives unused, in seconds; each request
+    /// gives it this long again.
+    #[arg(long, env = "MOVIEDB_LEGACY_SESSION_IDLE", default_value_t = 3600)]
+    pub legacy_session_idle_secs: u64,
+
+    /// Legacy (2025-11-25) sessions: how long a session lives at most, however busy, in seconds.
+    #[arg(long, env = "MOVIEDB_LEGACY_SESSION_MAX", default_value_t = 24 * 3600)]
+    pub legacy_session_max_secs: u64,
 
     /// Origins allowed besides localhost, comma-separated (`*` allows any).
     #[arg(long, env = "MOVIEDB_ALLOWED_ORIGINS", value_delimiter = ',')]
@@ -59,6 +69,33 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_MAX_CONCURRENT_REQUESTS", default_value_t = 512)]
     pub max_concurrent_requests: usize,
 
+    /// Most request body bytes held at once across all requests being read and parsed; a request
+    /// that does not fit waits a second, then gets HTTP 503.
+    #[arg(long, env = "MOVIEDB_MAX_BUFFERED_BODY_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_buffered_body_bytes: usize,
+
+    /// Most connections open at once; when reached, the connection idle the longest is closed.
+    /// Default and ceiling: the open-file limit less 128.
+    #[arg(long, env = "MOVIEDB_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+
+    /// Seconds a client has to send a request's headers before its connection is closed.
+    #[arg(long, env = "MOVIEDB_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
+    pub header_read_timeout_secs: u64,
+
+    /// Seconds a client has to send a request's body once its headers are in (HTTP 408).
+    #[arg(long, env = "MOVIEDB_BODY_READ_TIMEOUT_SECS", default_value_t = 30)]
+    pub body_read_timeout_secs: u64,
+
+    /// Seconds a connection may sit with no request and no traffic before it is closed. Keep it
+    /// above the keep-alive period, which is what keeps streams busy.
+    #[arg(long, env = "MOVIEDB_IDLE_TIMEOUT_SECS", default_value_t = 60)]
+    pub idle_timeout_secs: u64,
+
+    /// On SIGTERM or Ctrl-C, seconds the requests being served have to finish.
+    #[arg(long, env = "MOVIEDB_SHUTDOWN_GRACE_SECS", default_value_t = 20)]
+    pub shutdown_grace_secs: u64,
+
     /// Seconds between keep-alive comments on subscription streams.
     #[arg(long, env = "MOVIEDB_KEEPALIVE_SECS", default_value_t = 15)]
     pub keepalive_secs: u64,
@@ -71,14 +108,22 @@ impl ServeArgs {
             state_keys: self.state_keys.clone(),
             state_ttl: self.state_ttl(),
             memory_capacity: self.continuation_capacity,
+            share_per_owner: self.share_per_caller,
             redis: self.redis(),
             allowed_origins: self.allowed_origins.clone(),
             loopback: self.bind.ip().is_loopback(),
             max_body_bytes: self.max_body_bytes,
             keepalive: Duration::from_secs(self.keepalive_secs.max(1)),
             max_concurrent_requests: self.max_concurrent_requests.max(1),
+            max_buffered_body_bytes: self.max_buffered_body_bytes,
+            body_read_timeout: Duration::from_secs(self.body_read_timeout_secs.max(1)),
+            header_read_timeout: Duration::from_secs(self.header_read_timeout_secs.max(1)),
+            idle_timeout: Duration::from_secs(self.idle_timeout_secs.max(1)),
+            max_connections: self.max_connections,
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
             legacy_request_timeout: Duration::from_secs(self.legacy_request_timeout_secs.max(1)),
-            legacy_session_ttl: Duration::from_secs(self.legacy_session_ttl_secs.max(60)),
+            legacy_session_idle: Duration::from_secs(self.legacy_session_idle_secs.max(1)),
+            legacy_session_max: Duration::from_secs(self.legacy_session_max_secs.max(1)),
         }
     }
 

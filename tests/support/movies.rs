@@ -77,6 +77,22 @@ pub fn binary(secret: &str, database_url: Option<&str>) -> Command {
     command
 }
 
+/// Starts `command`'s process with at most `limit` open files, as `ulimit -n` would.
+fn limit_open_files(command: &mut Command, limit: u64) {
+    use std::os::unix::process::CommandExt as _;
+    let rlimit = rustix::process::Rlimit {
+        current: Some(limit),
+        maximum: Some(limit),
+    };
+    // SAFETY: setrlimit is async-signal-safe, and nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            rustix::process::setrlimit(rustix::process::Resource::Nofile, rlimit.clone())
+                .map_err(std::io::Error::from)
+        });
+    }
+}
+
 /// A running `moviedb-mcp` serving a fresh catalogue; killed, and its data removed, on drop.
 pub struct MovieServer {
     child: Child,
@@ -118,8 +134,22 @@ pub enum Startup {
     TimedOut,
 }
 
+/// How to start a server besides its backend.
+#[derive(Debug, Default, Clone)]
+pub struct Launch {
+    /// More command-line arguments.
+    pub args: Vec<String>,
+    /// The open-file limit (soft and hard) the process starts with.
+    pub open_files: Option<u64>,
+}
+
 impl MovieServer {
     pub async fn start(backend: Backend) -> Self {
+        Self::start_with(backend, Launch::default()).await
+    }
+
+    /// Starts a server on `backend` as `launch` says.
+    pub async fn start_with(backend: Backend, launch: Launch) -> Self {
         let database = match backend {
             Backend::Sqlite => None,
             Backend::Postgres => Some(TestDatabase::create().await),
@@ -140,11 +170,15 @@ impl MovieServer {
             let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
             let log = std::fs::File::create(&log_path).expect("create the server log");
             let mut command = binary(&secret, database_url.as_deref());
+            if let Some(limit) = launch.open_files {
+                limit_open_files(&mut command, limit);
+            }
             command
                 .arg("--data-dir")
                 .arg(&data_dir)
                 .arg("--bind")
                 .arg(addr.to_string())
+                .args(&launch.args)
                 .stdin(Stdio::null())
                 .stdout(log.try_clone().expect("clone the log handle"))
                 .stderr(log);
@@ -202,6 +236,16 @@ impl MovieServer {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Startup::TimedOut
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What the server has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data_dir.join("server.log")).unwrap_or_default()
     }
 
     /// Keeps the data folder when this (failed) instance is dropped; the next attempt reuses it.

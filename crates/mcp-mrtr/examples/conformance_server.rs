@@ -85,15 +85,10 @@ async fn main() -> anyhow::Result<()> {
         version: env!("CARGO_PKG_VERSION").into(),
         instructions: None,
     };
-    let router = service::router(
-        &cli.settings(),
-        registry,
-        info,
-        events,
-        Arc::new(AnonymousOnly),
-    )
-    .await?;
-    service::serve(cli.bind, router, async {
+    let settings = cli.settings();
+    let router =
+        service::router(&settings, registry, info, events, Arc::new(AnonymousOnly)).await?;
+    service::serve(cli.bind, &settings, router, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await

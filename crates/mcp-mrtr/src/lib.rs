@@ -52,13 +52,14 @@
 //!     registry.add_tool(Tool::new("order", "Orders an item.", order));
 //!     let info = ServerInfo { name: "shop".into(), version: "1.0.0".into(), instructions: None };
 //!     let events = Events::new();
+//!     let settings = Settings::default();
 //!     let router =
-//!         service::router(&Settings::default(), registry, info, events, Arc::new(AnonymousOnly))
-//!             .await?;
-//!     // `service::serve(address, router, shutdown)` serves for real; here, a free port.
+//!         service::router(&settings, registry, info, events, Arc::new(AnonymousOnly)).await?;
+//!     // `service::serve(address, &settings, router, shutdown)` serves for real; here, a free port.
 //!     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //!     let url = format!("http://{}{}", listener.local_addr()?, service::MCP_PATH);
-//!     tokio::spawn(mcp_mrtr::transport::serve(listener, router, std::future::pending()));
+//!     let limits = settings.connection_limits();
+//!     tokio::spawn(mcp_mrtr::transport::serve(listener, router, limits, std::future::pending()));
 //!
 //!     // A client's rounds: the call, then the retry with the answer and the echoed
 //!     // requestState. `converse` answers each question with the closure and keeps every round.

@@ -15,7 +15,7 @@ use crate::server::{Events, Server, ServerInfo};
 use crate::store::{
     ContinuationStore, MemoryStore, RedisEventRelay, RedisStore, RedisStoreConfig, SessionStore,
 };
-use crate::transport::{self, OriginPolicy, TransportOptions};
+use crate::transport::{self, ConnectionLimits, OriginPolicy, TransportOptions};
 
 /// The MCP endpoint path.
 pub const MCP_PATH: &str = "/mcp";
@@ -31,6 +31,9 @@ pub struct Settings {
     pub state_ttl: Duration,
     /// Most continuations (and, apart, sessions) kept in memory at once.
     pub memory_capacity: u64,
+    /// Most continuations (and, apart, sessions) one owner holds at once, in memory or in Redis:
+    /// a signed-in principal, or an anonymous caller's address.
+    pub share_per_owner: u64,
     /// The shared store of replicas; in memory when `None`.
     pub redis: Option<RedisStoreConfig>,
     /// Origins allowed besides localhost (`*` allows any).
@@ -39,14 +42,28 @@ pub struct Settings {
     pub loopback: bool,
     /// Largest request body accepted, in bytes (larger ones get HTTP 413).
     pub max_body_bytes: usize,
+    /// Most body bytes held at once across all requests being read and parsed.
+    pub max_buffered_body_bytes: usize,
+    /// Longest a client may take to send a request's body (HTTP 408).
+    pub body_read_timeout: Duration,
+    /// Longest a client may take to send a request's headers (the connection is closed).
+    pub header_read_timeout: Duration,
+    /// Longest a connection may stay open with nothing to do.
+    pub idle_timeout: Duration,
+    /// Most connections open at once; `None` for as many as the open-file limit allows.
+    pub max_connections: Option<usize>,
+    /// On shutdown, how long requests being served may take to finish.
+    pub shutdown_grace: Duration,
     /// Period of keep-alive comments on long-lived streams.
     pub keepalive: Duration,
     /// Most requests read and handled at once (more wait a second, then get 503).
     pub max_concurrent_requests: usize,
     /// 2025-11-25 sessions: how long a tool waits for the client's answer to its question.
     pub legacy_request_timeout: Duration,
-    /// 2025-11-25 sessions: how long an idle session lives.
-    pub legacy_session_ttl: Duration,
+    /// 2025-11-25 sessions: how long a session lives unused (each request renews it).
+    pub legacy_session_idle: Duration,
+    /// 2025-11-25 sessions: how long a session lives at most, however busy.
+    pub legacy_session_max: Duration,
 }
 
 impl Default for Settings {
@@ -55,14 +72,22 @@ impl Default for Settings {
             state_keys: None,
             state_ttl: Duration::from_secs(600),
             memory_capacity: 100_000,
+            share_per_owner: 1_000,
             redis: None,
             allowed_origins: Vec::new(),
             loopback: true,
             max_body_bytes: 1024 * 1024,
+            max_buffered_body_bytes: 64 * 1024 * 1024,
+            body_read_timeout: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: None,
+            shutdown_grace: Duration::from_secs(20),
             keepalive: Duration::from_secs(15),
             max_concurrent_requests: 512,
             legacy_request_timeout: Duration::from_secs(20),
-            legacy_session_ttl: Duration::from_secs(24 * 3600),
+            legacy_session_idle: Duration::from_secs(3600),
+            legacy_session_max: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -80,14 +105,17 @@ async fn stores(settings: &Settings) -> anyhow::Result<Stores> {
             capacity = settings.memory_capacity,
             "continuations kept in memory"
         );
-        let store = Arc::new(MemoryStore::new(settings.memory_capacity));
+        let store = Arc::new(MemoryStore::new(
+            settings.memory_capacity,
+            settings.share_per_owner,
+        ));
         return Ok(Stores {
             continuations: store.clone(),
             sessions: store,
         });
     };
     let store = Arc::new(
-        RedisStore::connect(config.clone())
+        RedisStore::connect(config.clone(), settings.share_per_owner)
             .await
             .context("connecting to the Redis continuation store")?,
     );
@@ -150,12 +178,15 @@ pub async fn router(
         origin: OriginPolicy::new(settings.allowed_origins.clone(), settings.loopback),
         authenticator,
         max_body_bytes: settings.max_body_bytes,
+        body_read_timeout: settings.body_read_timeout,
+        max_buffered_body_bytes: settings.max_buffered_body_bytes,
         keepalive: settings.keepalive,
         max_concurrent_requests: settings.max_concurrent_requests,
         #[cfg(feature = "legacy")]
         legacy: crate::transport::LegacyOptions {
             request_timeout: settings.legacy_request_timeout,
-            session_ttl: settings.legacy_session_ttl,
+            session_idle: settings.legacy_session_idle,
+            session_max: settings.legacy_session_max,
             sessions: stores.sessions,
             answer_relay: match &settings.redis {
                 Some(config) => Some(
@@ -170,20 +201,35 @@ pub async fn router(
     Ok(transport::router(server, options, MCP_PATH))
 }
 
-/// Serves `router` on `bind` until `shutdown` resolves.
+impl Settings {
+    /// The connection bounds these settings ask for, fitted to this process's open-file limit.
+    pub fn connection_limits(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: transport::max_connections(self.max_connections),
+            header_read_timeout: self.header_read_timeout,
+            idle_timeout: self.idle_timeout,
+            shutdown_grace: self.shutdown_grace,
+        }
+    }
+}
+
+/// Serves `router` on `bind` within `settings`' connection bounds until `shutdown` resolves.
 pub async fn serve(
     bind: SocketAddr,
+    settings: &Settings,
     router: axum::Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(bind)
         .await
         .with_context(|| format!("cannot listen on {bind}"))?;
+    let limits = settings.connection_limits();
     tracing::info!(
+        max_connections = limits.max_connections,
         "MCP endpoint on http://{}{MCP_PATH}",
         listener.local_addr()?
     );
-    transport::serve(listener, router, shutdown).await?;
+    transport::serve(listener, router, limits, shutdown).await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -20,7 +20,7 @@ use super::seal::{StateClaims, StateSealer};
 use crate::auth::Principal;
 use crate::protocol::input::{InputRequest, OrderedRequests, parse_input_responses};
 use crate::protocol::{Method, ProtocolError, RequestMeta};
-use crate::store::{ContinuationId, ContinuationStore};
+use crate::store::{ContinuationId, ContinuationStore, Owner};
 
 /// The engine: one per server, shared by every request.
 pub struct Engine {
@@ -41,6 +41,8 @@ pub struct Call<'a> {
     pub params: &'a Map<String, Value>,
     /// Who is calling; a state only resumes for the principal it was sealed for.
     pub principal: Principal,
+    /// Whose share of the store the parked continuations count against.
+    pub owner: Owner,
     /// The request's `_meta`, passed to the handler's context.
     pub meta: RequestMeta,
     /// Where progress and log notifications go; `None` when the reply is plain JSON, not a stream.
@@ -174,6 +176,7 @@ impl Engine {
                     rounds.take(),
                     context.take_memo(),
                     context.principal().id(),
+                    &call.owner,
                     digest,
                 )
                 .await
@@ -228,6 +231,7 @@ impl Engine {
         round: RoundState,
         memo: Map<String, Value>,
         principal: String,
+        owner: &Owner,
         digest: [u8; 32],
     ) -> Result<InputRequired, ProtocolError> {
         let asked = round.pending.iter().map(|(key, _)| key.clone()).collect();
@@ -239,7 +243,7 @@ impl Engine {
         let payload = serde_json::to_vec(&continuation)
             .map_err(|e| ProtocolError::internal(format!("cannot store continuation: {e}")))?;
         let id = ContinuationId::random();
-        self.store.put(id, payload, self.state_ttl).await?;
+        self.store.put(owner, id, payload, self.state_ttl).await?;
         let claims = StateClaims {
             continuation: id,
             principal,

@@ -4,7 +4,11 @@
 use serde::{Serialize, Serializer, ser::SerializeMap};
 use serde_json::{Map, Value, json};
 
-use super::error::ProtocolError;
+use super::error::{ProtocolError, excerpt};
+
+/// Most answers one retry may carry. A round asks a handful of questions; a client sending
+/// thousands is not answering them.
+pub const MAX_INPUT_RESPONSES: usize = 64;
 
 /// One question a server puts to the client: an elicitation, a sampling request or a roots listing.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -315,9 +319,16 @@ pub fn parse_input_responses(
     match params.get("inputResponses") {
         None => Ok(Map::new()),
         Some(Value::Object(responses)) => {
+            if responses.len() > MAX_INPUT_RESPONSES {
+                return Err(ProtocolError::invalid_params(format!(
+                    "inputResponses holds {} answers; at most {MAX_INPUT_RESPONSES} are accepted",
+                    responses.len()
+                )));
+            }
             if let Some((key, _)) = responses.iter().find(|(_, v)| !v.is_object()) {
                 return Err(ProtocolError::invalid_params(format!(
-                    "inputResponses.{key} must be an object (an ElicitResult, CreateMessageResult or ListRootsResult)"
+                    "inputResponses.{} must be an object (an ElicitResult, CreateMessageResult or ListRootsResult)",
+                    excerpt(key)
                 )));
             }
             Ok(responses.clone())

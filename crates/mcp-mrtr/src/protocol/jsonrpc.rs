@@ -1,11 +1,19 @@
 //! The JSON-RPC 2.0 envelope: parsing one incoming message and writing responses and notifications
 //! as compact one-line JSON.
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use std::cell::Cell;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::error::ProtocolError;
+
+/// Most JSON values (objects, arrays, strings, numbers…) one message may hold. Parsed values take
+/// several times the bytes they are written in, and the spec's own messages hold a few dozen; the
+/// cap keeps a body made of tiny objects from costing tens of megabytes to parse. Nesting is
+/// capped by the parser itself, at 128 levels.
+pub const MAX_VALUES: usize = 10_000;
 
 /// A request id: a string or a number, echoed unchanged in the response.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -70,7 +78,12 @@ impl Incoming {
     /// Parses a request body. The error carries the id when one could be read, so the reply can
     /// echo it.
     pub fn parse(body: &[u8]) -> Result<Self, (Option<RequestId>, ProtocolError)> {
-        let message = match serde_json::from_slice(body) {
+        let budget = Cell::new(MAX_VALUES);
+        let mut reader = serde_json::Deserializer::from_slice(body);
+        let parsed = MessageVisitor { budget: &budget }
+            .deserialize(&mut reader)
+            .and_then(|message| reader.end().map(|()| message));
+        let message = match parsed {
             Ok(Message::Object(members)) => members,
             Ok(shape) => {
                 let what = if matches!(shape, Message::Array) {
@@ -81,6 +94,14 @@ impl Incoming {
                 return Err((
                     None,
                     ProtocolError::invalid_request(format!("Invalid request: {what}")),
+                ));
+            }
+            Err(_) if budget.get() == 0 => {
+                return Err((
+                    None,
+                    ProtocolError::invalid_request(format!(
+                        "Invalid request: the message holds more than {MAX_VALUES} JSON values"
+                    )),
                 ));
             }
             Err(e) => return Err((None, ProtocolError::parse_error(e))),
@@ -193,18 +214,27 @@ impl Member {
     }
 }
 
-/// A JSON value read with no key repeated in any of its objects.
-struct Strict(Value);
+/// Reads a JSON value with no key repeated in any of its objects, each value taken from the
+/// message's budget of [`MAX_VALUES`].
+#[derive(Clone, Copy)]
+struct Strict<'b> {
+    budget: &'b Cell<usize>,
+}
 
-impl<'de> Deserialize<'de> for Strict {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(StrictVisitor).map(Strict)
+impl<'de> DeserializeSeed<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        let left = self.budget.get();
+        if left == 0 {
+            return Err(de::Error::custom("too many values"));
+        }
+        self.budget.set(left - 1);
+        deserializer.deserialize_any(self)
     }
 }
 
-struct StrictVisitor;
-
-impl<'de> Visitor<'de> for StrictVisitor {
+impl<'de> Visitor<'de> for Strict<'_> {
     type Value = Value;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -214,7 +244,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut object = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            let value = map.next_value::<Strict>()?.0;
+            let value = map.next_value_seed(self)?;
             if object.contains_key(&key) {
                 return Err(de::Error::custom(format!(
                     "duplicate key `{}`",
@@ -228,7 +258,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
-        while let Some(Strict(item)) = seq.next_element()? {
+        while let Some(item) = seq.next_element_seed(self)? {
             items.push(item);
         }
         Ok(Value::Array(items))
@@ -263,15 +293,20 @@ impl<'de> Visitor<'de> for StrictVisitor {
     }
 }
 
-impl<'de> Deserialize<'de> for Message {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(MessageVisitor)
+/// Reads a [`Message`], its values within `budget`.
+struct MessageVisitor<'b> {
+    budget: &'b Cell<usize>,
+}
+
+impl<'de> DeserializeSeed<'de> for MessageVisitor<'_> {
+    type Value = Message;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Message, D::Error> {
+        deserializer.deserialize_any(self)
     }
 }
 
-struct MessageVisitor;
-
-impl<'de> Visitor<'de> for MessageVisitor {
+impl<'de> Visitor<'de> for MessageVisitor<'_> {
     type Value = Message;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -299,7 +334,9 @@ impl<'de> Visitor<'de> for MessageVisitor {
                     member.name()
                 )));
             }
-            *slot = Some(map.next_value::<Strict>()?.0);
+            *slot = Some(map.next_value_seed(Strict {
+                budget: self.budget,
+            })?);
         }
         Ok(Message::Object(members))
     }

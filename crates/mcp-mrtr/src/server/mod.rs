@@ -19,6 +19,7 @@ use crate::protocol::error::excerpt;
 use crate::protocol::version::{self, META_SERVER_INFO};
 use crate::protocol::{Method, ProtocolError, RequestMeta};
 use crate::registry::Registry;
+use crate::store::Owner;
 
 /// The identity a server reports in `server/discover`.
 #[derive(Debug, Clone)]
@@ -56,6 +57,8 @@ impl Default for CachePolicy {
 pub struct RequestEnv {
     /// Who is calling.
     pub principal: Principal,
+    /// Whose share of the continuation store the call's rounds count against.
+    pub owner: Owner,
     /// The request's `_meta` (or, for a legacy session, one built from the session).
     pub meta: RequestMeta,
     /// Where progress and log notifications go; `None` when the reply is not a stream.
@@ -375,6 +378,7 @@ fn engine_call<'a>(
         arguments,
         params,
         principal: env.principal,
+        owner: env.owner,
         meta: env.meta,
         notifier: env.notifier,
         live_asker: match env.era {

@@ -5,6 +5,9 @@
 //! what has expired from the front of that order, then the oldest entries while the shard is full:
 //! a new continuation is always kept, and the ones evicted are those a client has left unanswered
 //! the longest. Reads check the deadline themselves, so an expired entry is never handed out.
+//!
+//! Each entry also counts against its [`Owner`]'s share: an owner past its share loses its own
+//! oldest entries, so one caller flooding the store cannot push out everybody else's.
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, VecDeque};
@@ -14,28 +17,33 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::{ContinuationId, ContinuationStore, SessionStore, StoreError};
+use super::{ContinuationId, ContinuationStore, Owner, SessionStore, StoreError};
 
 /// Most shards per table (fewer when the capacity is smaller).
 const SHARDS: usize = 16;
-/// Positions in a shard's write order that may refer to entries already gone before the order is
+/// Positions in a write order that may refer to entries already gone before the order is
 /// compacted (taken continuations leave theirs behind).
 const STALE_SLACK: usize = 64;
 
-/// A bounded, expiring store inside this process. When a shard is full its oldest entry is evicted;
-/// an evicted continuation is reported like an expired one.
+/// A bounded, expiring store inside this process. When a shard is full its oldest entry is evicted,
+/// and when an owner holds more than its share its own oldest entry is; an evicted continuation is
+/// reported like an expired one.
 pub struct MemoryStore {
     parked: Table<ContinuationId>,
     sessions: Table<String>,
 }
 
 impl MemoryStore {
-    /// A store holding at most `capacity` continuations (and, apart, `capacity` sessions).
-    pub fn new(capacity: u64) -> Self {
+    /// A store holding at most `capacity` continuations (and, apart, `capacity` sessions), of
+    /// which one owner holds at most `share`.
+    pub fn new(capacity: u64, share: u64) -> Self {
         let capacity = usize::try_from(capacity).unwrap_or(usize::MAX).max(1);
+        let share = usize::try_from(share)
+            .unwrap_or(usize::MAX)
+            .clamp(1, capacity);
         Self {
-            parked: Table::new(capacity),
-            sessions: Table::new(capacity),
+            parked: Table::new(capacity, share),
+            sessions: Table::new(capacity, share),
         }
     }
 }
@@ -44,11 +52,12 @@ impl MemoryStore {
 impl ContinuationStore for MemoryStore {
     async fn put(
         &self,
+        owner: &Owner,
         id: ContinuationId,
         payload: Vec<u8>,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.parked.insert(id, payload, ttl);
+        self.parked.insert(owner, id, payload, ttl);
         Ok(())
     }
 
@@ -62,16 +71,28 @@ impl SessionStore for MemoryStore {
     /// A rewritten session starts its time-to-live afresh.
     async fn write_session(
         &self,
+        owner: &Owner,
         session_id: &str,
         record: Vec<u8>,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.sessions.insert(session_id.to_owned(), record, ttl);
+        self.sessions
+            .insert(owner, session_id.to_owned(), record, ttl);
         Ok(())
     }
 
     async fn read_session(&self, session_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.sessions.get(session_id))
+    }
+
+    async fn touch_session(&self, session_id: &str, ttl: Duration) -> Result<bool, StoreError> {
+        // A touch is a rewrite of the same record by the same owner.
+        let Some((owner, record)) = self.sessions.get_owned(session_id) else {
+            return Ok(false);
+        };
+        self.sessions
+            .insert(&owner, session_id.to_owned(), record, ttl);
+        Ok(true)
     }
 
     async fn delete_session(&self, session_id: &str) -> Result<(), StoreError> {
@@ -80,10 +101,13 @@ impl SessionStore for MemoryStore {
     }
 }
 
-/// Entries by key, in shards.
+/// Entries by key, in shards, with what each owner holds.
 struct Table<K> {
     shards: Box<[Mutex<Shard<K>>]>,
     hasher: RandomState,
+    /// Locked after a shard is released, or before one is locked: never while holding one.
+    owners: Mutex<HashMap<Owner, Holdings<K>>>,
+    share: usize,
 }
 
 struct Shard<K> {
@@ -97,11 +121,19 @@ struct Shard<K> {
 struct Entry {
     payload: Vec<u8>,
     expires_at: Instant,
+    owner: Owner,
+}
+
+/// One owner's entries: how many are live, and their positions in the order written (stale
+/// positions are skipped, as in a shard's order).
+struct Holdings<K> {
+    live: usize,
+    order: VecDeque<(Instant, K)>,
 }
 
 impl<K: Hash + Eq + Clone> Table<K> {
     /// Shards whose capacities add up to exactly `capacity`.
-    fn new(capacity: usize) -> Self {
+    fn new(capacity: usize, share: usize) -> Self {
         let count = capacity.min(SHARDS);
         let shards = (0..count)
             .map(|i| {
@@ -115,31 +147,55 @@ impl<K: Hash + Eq + Clone> Table<K> {
         Self {
             shards,
             hasher: RandomState::new(),
+            owners: Mutex::new(HashMap::new()),
+            share,
         }
     }
 
     fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, Shard<K>> {
         let index = (self.hasher.hash_one(key) % self.shards.len() as u64) as usize;
         // A panic while holding the lock leaves plain data behind; keep using it.
-        self.shards[index]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.shards[index])
     }
 
-    fn insert(&self, key: K, payload: Vec<u8>, ttl: Duration) {
+    fn insert(&self, owner: &Owner, key: K, payload: Vec<u8>, ttl: Duration) {
         let now = Instant::now();
         // A time-to-live beyond what the clock can represent is as good as a year.
         let expires_at = now
             .checked_add(ttl)
             .unwrap_or(now + Duration::from_secs(365 * 86_400));
-        self.shard(&key).insert(
-            key,
-            Entry {
-                payload,
-                expires_at,
-            },
-            now,
-        );
+        let entry = Entry {
+            payload,
+            expires_at,
+            owner: owner.clone(),
+        };
+        let removed = self.shard(&key).insert(key.clone(), entry, now);
+        let mut owners = lock(&self.owners);
+        release(&mut owners, removed);
+        let holdings = owners.entry(owner.clone()).or_insert_with(|| Holdings {
+            live: 0,
+            order: VecDeque::new(),
+        });
+        holdings.live += 1;
+        holdings.order.push_back((expires_at, key));
+        while holdings.live > self.share {
+            let Some((at, key)) = holdings.order.pop_front() else {
+                break;
+            };
+            let mut shard = self.shard(&key);
+            if shard.entries.get(&key).is_some_and(|e| e.expires_at == at) {
+                shard.entries.remove(&key);
+                holdings.live -= 1;
+            }
+        }
+        if holdings.order.len() > 2 * holdings.live + STALE_SLACK {
+            // Recounted rather than trusted: a take racing this insert may have been counted
+            // before the entry was.
+            holdings
+                .order
+                .retain(|(at, key)| lock_entry_matches(self, key, *at));
+            holdings.live = holdings.order.len();
+        }
     }
 
     /// Removes and returns a live entry.
@@ -148,6 +204,7 @@ impl<K: Hash + Eq + Clone> Table<K> {
         K: Borrow<Q>,
     {
         let entry = self.shard(key).entries.remove(key)?;
+        release(&mut lock(&self.owners), [entry.owner]);
         (Instant::now() < entry.expires_at).then_some(entry.payload)
     }
 
@@ -156,16 +213,57 @@ impl<K: Hash + Eq + Clone> Table<K> {
     where
         K: Borrow<Q>,
     {
+        self.get_owned(key).map(|(_, payload)| payload)
+    }
+
+    /// Returns a copy of a live entry, with its owner.
+    fn get_owned<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> Option<(Owner, Vec<u8>)>
+    where
+        K: Borrow<Q>,
+    {
         let shard = self.shard(key);
         let entry = shard.entries.get(key)?;
-        (Instant::now() < entry.expires_at).then(|| entry.payload.clone())
+        (Instant::now() < entry.expires_at).then(|| (entry.owner.clone(), entry.payload.clone()))
     }
 }
 
+/// Whether `key`'s entry is still the one written with deadline `at`.
+fn lock_entry_matches<K: Hash + Eq + Clone>(table: &Table<K>, key: &K, at: Instant) -> bool {
+    table
+        .shard(key)
+        .entries
+        .get(key)
+        .is_some_and(|e| e.expires_at == at)
+}
+
+/// Counts entries that left the table off their owners' holdings.
+fn release<K>(owners: &mut HashMap<Owner, Holdings<K>>, removed: impl IntoIterator<Item = Owner>) {
+    for owner in removed {
+        if let Some(holdings) = owners.get_mut(&owner) {
+            holdings.live = holdings.live.saturating_sub(1);
+            if holdings.live == 0 {
+                owners.remove(&owner);
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl<K: Hash + Eq + Clone> Shard<K> {
-    fn insert(&mut self, key: K, entry: Entry, now: Instant) {
-        self.entries.remove(&key);
-        self.evict(now);
+    /// Inserts `entry`, returning the owners of the entries it replaced or pushed out.
+    fn insert(&mut self, key: K, entry: Entry, now: Instant) -> Vec<Owner> {
+        let mut removed: Vec<Owner> = self
+            .entries
+            .remove(&key)
+            .map(|e| e.owner)
+            .into_iter()
+            .collect();
+        self.evict(now, &mut removed);
         self.order.push_back((entry.expires_at, key.clone()));
         self.entries.insert(key, entry);
         if self.order.len() > 2 * self.entries.len() + STALE_SLACK {
@@ -173,18 +271,19 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             self.order
                 .retain(|(at, key)| entries.get(key).is_some_and(|e| e.expires_at == *at));
         }
+        removed
     }
 
     /// Drops stale positions and expired entries from the front of the order, then the oldest
     /// entries until there is room for one more.
-    fn evict(&mut self, now: Instant) {
+    fn evict(&mut self, now: Instant, removed: &mut Vec<Owner>) {
         while let Some((at, key)) = self.order.front() {
             let current = self.entries.get(key).is_some_and(|e| e.expires_at == *at);
             if current && *at > now && self.entries.len() < self.capacity {
                 break;
             }
-            if current {
-                self.entries.remove(key);
+            if current && let Some(entry) = self.entries.remove(key) {
+                removed.push(entry.owner);
             }
             self.order.pop_front();
         }
@@ -195,12 +294,16 @@ impl<K: Hash + Eq + Clone> Shard<K> {
 mod tests {
     use super::*;
 
+    fn alice() -> Owner {
+        Owner::new("user:alice")
+    }
+
     #[tokio::test]
     async fn a_continuation_is_taken_once() {
-        let store = MemoryStore::new(100);
+        let store = MemoryStore::new(100, 100);
         let id = ContinuationId::random();
         store
-            .put(id, b"state".to_vec(), Duration::from_secs(60))
+            .put(&alice(), id, b"state".to_vec(), Duration::from_secs(60))
             .await
             .unwrap();
         assert_eq!(store.take(id).await.unwrap(), Some(b"state".to_vec()));
@@ -209,10 +312,10 @@ mod tests {
 
     #[tokio::test]
     async fn an_expired_continuation_is_gone() {
-        let store = MemoryStore::new(100);
+        let store = MemoryStore::new(100, 100);
         let id = ContinuationId::random();
         store
-            .put(id, b"state".to_vec(), Duration::from_millis(20))
+            .put(&alice(), id, b"state".to_vec(), Duration::from_millis(20))
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(60)).await;
@@ -228,12 +331,12 @@ mod tests {
 
     #[tokio::test]
     async fn the_store_stays_within_its_capacity_and_keeps_the_newest() {
-        let store = MemoryStore::new(50);
+        let store = MemoryStore::new(50, 50);
         let mut last = ContinuationId::random();
         for _ in 0..500 {
             last = ContinuationId::random();
             store
-                .put(last, vec![0; 8], Duration::from_secs(60))
+                .put(&alice(), last, vec![0; 8], Duration::from_secs(60))
                 .await
                 .unwrap();
         }
@@ -247,16 +350,16 @@ mod tests {
 
     #[tokio::test]
     async fn taken_and_expired_entries_do_not_pile_up() {
-        let store = MemoryStore::new(1000);
+        let store = MemoryStore::new(1000, 1000);
         for _ in 0..10_000 {
             let id = ContinuationId::random();
             store
-                .put(id, vec![1], Duration::from_secs(60))
+                .put(&alice(), id, vec![1], Duration::from_secs(60))
                 .await
                 .unwrap();
             store.take(id).await.unwrap();
             store
-                .put(ContinuationId::random(), vec![2], Duration::ZERO)
+                .put(&alice(), ContinuationId::random(), vec![2], Duration::ZERO)
                 .await
                 .unwrap();
         }
@@ -270,15 +373,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_session_is_read_until_deleted_and_a_rewrite_renews_it() {
-        let store = MemoryStore::new(100);
+        let store = MemoryStore::new(100, 100);
         let ttl = Duration::from_millis(80);
         store
-            .write_session("s", b"one".to_vec(), ttl)
+            .write_session(&alice(), "s", b"one".to_vec(), ttl)
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         store
-            .write_session("s", b"two".to_vec(), ttl)
+            .write_session(&alice(), "s", b"two".to_vec(), ttl)
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -292,5 +395,57 @@ mod tests {
         );
         store.delete_session("s").await.unwrap();
         assert_eq!(store.read_session("s").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_flooding_owner_evicts_only_its_own_oldest_entries() {
+        let store = MemoryStore::new(1000, 100);
+        let bob = Owner::new("user:bob");
+        let bobs = ContinuationId::random();
+        store
+            .put(&bob, bobs, b"bob".to_vec(), Duration::from_secs(60))
+            .await
+            .unwrap();
+        let mut alices = Vec::new();
+        for _ in 0..5_000 {
+            let id = ContinuationId::random();
+            store
+                .put(&alice(), id, vec![0; 8], Duration::from_secs(60))
+                .await
+                .unwrap();
+            alices.push(id);
+        }
+        let (live, _) = entries(&store.parked);
+        assert_eq!(live, 101, "alice's share plus bob's one entry");
+        assert_eq!(store.take(bobs).await.unwrap(), Some(b"bob".to_vec()));
+        assert_eq!(
+            store.take(alices[0]).await.unwrap(),
+            None,
+            "alice's oldest went"
+        );
+        assert!(store.take(alices[4_999]).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_touched_session_lives_on_and_an_untouched_one_expires() {
+        let store = MemoryStore::new(100, 10);
+        let ttl = Duration::from_millis(80);
+        store
+            .write_session(&alice(), "kept", b"k".to_vec(), ttl)
+            .await
+            .unwrap();
+        store
+            .write_session(&alice(), "left", b"l".to_vec(), ttl)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(store.touch_session("kept", ttl).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            store.read_session("kept").await.unwrap(),
+            Some(b"k".to_vec())
+        );
+        assert_eq!(store.read_session("left").await.unwrap(), None);
+        assert!(!store.touch_session("left", ttl).await.unwrap());
     }
 }

@@ -14,6 +14,7 @@ pub use memory::MemoryStore;
 pub use redis::{RedisStore, RedisStoreConfig, connect as connect_redis, query as redis_query};
 pub use redis_events::RedisEventRelay;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -49,6 +50,24 @@ impl ContinuationId {
     }
 }
 
+/// Whose share of a store an entry counts against: a signed-in principal, or for an anonymous
+/// caller the address it calls from. Each owner holds at most its share of entries, so one
+/// caller filling its share pushes out only its own oldest ones.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owner(Arc<str>);
+
+impl Owner {
+    /// The owner named `name` (a principal id, or an address for anonymous callers).
+    pub fn new(name: &str) -> Self {
+        Self(Arc::from(name))
+    }
+
+    /// The owner's name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// The store could not be reached or answered with an error.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("continuation store unavailable: {0}")]
@@ -64,9 +83,10 @@ impl From<StoreError> for ProtocolError {
 /// Where continuations wait between rounds, each taken at most once (see the module docs).
 #[async_trait]
 pub trait ContinuationStore: Send + Sync + 'static {
-    /// Parks `payload` under `id` for at most `ttl`.
+    /// Parks `payload` under `id` for at most `ttl`, counted against `owner`'s share.
     async fn put(
         &self,
+        owner: &Owner,
         id: ContinuationId,
         payload: Vec<u8>,
         ttl: Duration,
@@ -77,12 +97,13 @@ pub trait ContinuationStore: Send + Sync + 'static {
 }
 
 /// Where sessions live (2025-11-25 clients' `Mcp-Session-Id`): small records every replica must
-/// see, each with a lifetime that a rewrite starts afresh.
+/// see, each with a lifetime that a rewrite or a touch starts afresh.
 #[async_trait]
 pub trait SessionStore: Send + Sync + 'static {
-    /// Writes `record` under `session_id` for at most `ttl`.
+    /// Writes `record` under `session_id` for at most `ttl`, counted against `owner`'s share.
     async fn write_session(
         &self,
+        owner: &Owner,
         session_id: &str,
         record: Vec<u8>,
         ttl: Duration,
@@ -90,6 +111,9 @@ pub trait SessionStore: Send + Sync + 'static {
 
     /// Reads a session; `None` if it was never written, expired or was deleted.
     async fn read_session(&self, session_id: &str) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Gives a session `ttl` more to live from now; `false` if it is gone.
+    async fn touch_session(&self, session_id: &str, ttl: Duration) -> Result<bool, StoreError>;
 
     /// Ends a session.
     async fn delete_session(&self, session_id: &str) -> Result<(), StoreError>;

@@ -1,13 +1,37 @@
-//! The Redis continuation store, shared by every replica: `SET … PX` to park, `GETDEL` to take
-//! (atomic, so a state is used once even when two replicas race), every call bounded by a timeout.
-//! The connection manager reconnects by itself when Redis comes back.
+//! The Redis continuation store, shared by every replica: a script that parks with `SET … PX` and
+//! keeps the owner's share, `GETDEL` to take (atomic, so a state is used once even when two
+//! replicas race), every call bounded by a timeout. The connection manager reconnects by itself
+//! when Redis comes back.
+//!
+//! Each owner has an index (a sorted set by deadline) of what it wrote; past its share, its
+//! earliest entries are deleted. The index counts what was written within the time-to-live,
+//! taken or not, which bounds what one caller can hold.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::{ContinuationId, ContinuationStore, SessionStore, StoreError};
+use sha2::{Digest, Sha256};
+
+use super::{ContinuationId, ContinuationStore, Owner, SessionStore, StoreError};
+
+/// Writes `KEYS[1]` (value `ARGV[1]`, time-to-live `ARGV[2]` ms) into the owner's index
+/// `KEYS[2]`, then deletes the owner's earliest entries beyond its share `ARGV[3]`.
+const PUT_WITHIN_SHARE: &str = r"
+local clock = redis.call('TIME')
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), KEYS[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[3])
+if over > 0 then
+  local earliest = redis.call('ZPOPMIN', KEYS[2], over)
+  for i = 1, #earliest, 2 do redis.call('DEL', earliest[i]) end
+end
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[2], last[2])
+";
 
 /// How to reach the Redis server the stores share.
 #[derive(Debug, Clone)]
@@ -25,17 +49,60 @@ pub struct RedisStore {
     connection: ConnectionManager,
     prefix: String,
     timeout: Duration,
+    share: u64,
+    put_within_share: redis::Script,
 }
 
 impl RedisStore {
-    /// Connects (failing at once if Redis cannot be reached now).
-    pub async fn connect(config: RedisStoreConfig) -> Result<Self, StoreError> {
+    /// Connects (failing at once if Redis cannot be reached now); one owner holds at most `share`
+    /// continuations (and, apart, `share` sessions).
+    pub async fn connect(config: RedisStoreConfig, share: u64) -> Result<Self, StoreError> {
         let (_, connection) = connect(&config).await?;
         Ok(Self {
             connection,
             prefix: config.prefix,
             timeout: config.timeout,
+            share: share.max(1),
+            put_within_share: redis::Script::new(PUT_WITHIN_SHARE),
         })
+    }
+
+    /// The index of what `owner` holds of one `kind` of entry. Hashed: owners are names chosen
+    /// by callers and authenticators, of any length.
+    fn owner_key(&self, kind: &str, owner: &Owner) -> String {
+        let digest = Sha256::digest(owner.as_str().as_bytes());
+        let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+        format!("{}owner:{kind}:{hex}", self.prefix)
+    }
+
+    async fn put_within_share(
+        &self,
+        key: String,
+        owner_key: String,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let mut invocation = self.put_within_share.key(key);
+        invocation
+            .key(owner_key)
+            .arg(value)
+            .arg(ttl_ms)
+            .arg(self.share);
+        let mut connection = self.connection.clone();
+        match tokio::time::timeout(self.timeout, invocation.invoke_async::<()>(&mut connection))
+            .await
+        {
+            Ok(result) => result.map_err(|e| StoreError(e.to_string())),
+            Err(_) => Err(self.no_answer()),
+        }
+    }
+
+    fn no_answer(&self) -> StoreError {
+        StoreError(format!(
+            "Redis did not answer within {} ms",
+            self.timeout.as_millis()
+        ))
     }
 
     fn session_key(&self, session_id: &str) -> String {
@@ -94,18 +161,14 @@ pub async fn query<T: redis::FromRedisValue>(
 impl ContinuationStore for RedisStore {
     async fn put(
         &self,
+        owner: &Owner,
         id: ContinuationId,
         payload: Vec<u8>,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let command = redis::cmd("SET")
-            .arg(self.key(id))
-            .arg(payload)
-            .arg("PX")
-            .arg(ttl_ms)
-            .clone();
-        self.run::<()>(&command).await
+        let owner_key = self.owner_key("continuations", owner);
+        self.put_within_share(self.key(id), owner_key, payload, ttl)
+            .await
     }
 
     async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
@@ -117,18 +180,23 @@ impl ContinuationStore for RedisStore {
 impl SessionStore for RedisStore {
     async fn write_session(
         &self,
+        owner: &Owner,
         session_id: &str,
         record: Vec<u8>,
         ttl: Duration,
     ) -> Result<(), StoreError> {
+        let owner_key = self.owner_key("sessions", owner);
+        self.put_within_share(self.session_key(session_id), owner_key, record, ttl)
+            .await
+    }
+
+    async fn touch_session(&self, session_id: &str, ttl: Duration) -> Result<bool, StoreError> {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let command = redis::cmd("SET")
+        let command = redis::cmd("PEXPIRE")
             .arg(self.session_key(session_id))
-            .arg(record)
-            .arg("PX")
             .arg(ttl_ms)
             .clone();
-        self.run::<()>(&command).await
+        self.run::<bool>(&command).await
     }
 
     async fn read_session(&self, session_id: &str) -> Result<Option<Vec<u8>>, StoreError> {

@@ -3,11 +3,12 @@
 //! 2026-07-28 wire ([`modern`](super::modern)), or with the `legacy` feature the 2025-11-25 one
 //! for clients that open with `initialize`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::{Body, to_bytes};
-use axum::extract::State;
-use axum::http::{Response, StatusCode};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, Response, StatusCode, header};
 #[cfg(not(feature = "legacy"))]
 use serde_json::Value;
 
@@ -29,6 +30,10 @@ pub(super) async fn post(
     // Taken apart rather than extracted, which would copy the headers.
     let (parts, body) = http_request.into_parts();
     let headers = parts.headers;
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(address)| address.ip());
     // Held while the body is read and the request handled; a streamed answer returns its
     // response, and so its turn, as soon as the stream starts.
     let _turn = match tokio::time::timeout(BUSY_WAIT, endpoint.turns.clone().acquire_owned()).await
@@ -52,20 +57,59 @@ pub(super) async fn post(
             "Accept must allow application/json or text/event-stream",
         )
     })?;
-    let limit = endpoint.options.max_body_bytes;
-    let body = to_bytes(body, limit).await.map_err(|_| {
-        let message = format!("Request body is larger than {limit} bytes");
-        WireError::refused(StatusCode::PAYLOAD_TOO_LARGE, message)
-    })?;
-    let incoming =
-        Incoming::parse(&body).map_err(|(id, e)| WireError::from(e).answering(id.as_ref()))?;
+    let incoming = read_message(&endpoint, &headers, body).await?;
     #[cfg(feature = "legacy")]
     if super::legacy::routes_here(&headers, &incoming) {
-        return super::legacy::post(&endpoint, &headers, accept, incoming).await;
+        return super::legacy::post(&endpoint, &headers, peer, accept, incoming).await;
     }
     #[cfg(not(feature = "legacy"))]
     refuse_initialize(&incoming)?;
-    super::modern::post(&endpoint, &headers, accept, incoming).await
+    super::modern::post(&endpoint, &headers, peer, accept, incoming).await
+}
+
+/// Reads and parses the body, within the size limit, the body-read timeout and the budget of
+/// body bytes held at once (claimed up front from `Content-Length`, or the size limit without
+/// one, and given back once the message is parsed).
+async fn read_message(
+    endpoint: &Endpoint,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Incoming, WireError> {
+    let limit = endpoint.options.max_body_bytes;
+    let too_large = || {
+        let message = format!("Request body is larger than {limit} bytes");
+        WireError::refused(StatusCode::PAYLOAD_TOO_LARGE, message)
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<usize>().ok());
+    if declared.is_some_and(|length| length > limit) {
+        return Err(too_large());
+    }
+    let claim = u32::try_from(declared.unwrap_or(limit).max(1)).unwrap_or(u32::MAX);
+    let _bytes = match tokio::time::timeout(
+        BUSY_WAIT,
+        endpoint.body_bytes.clone().acquire_many_owned(claim),
+    )
+    .await
+    {
+        Ok(Ok(bytes)) => bytes,
+        _ => return Err(WireError::busy()),
+    };
+    let wait = endpoint.options.body_read_timeout;
+    let body = match tokio::time::timeout(wait, to_bytes(body, limit)).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => return Err(too_large()),
+        Err(_) => {
+            let message = format!(
+                "The request body did not arrive within {} s",
+                wait.as_secs()
+            );
+            return Err(WireError::refused(StatusCode::REQUEST_TIMEOUT, message));
+        }
+    };
+    Incoming::parse(&body).map_err(|(id, e)| WireError::from(e).answering(id.as_ref()))
 }
 
 /// A modern-only server answers `initialize` with the versions it does support, so a legacy

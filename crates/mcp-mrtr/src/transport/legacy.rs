@@ -5,8 +5,9 @@
 //! server-initiated requests on the call's SSE stream, answered by POSTed JSON-RPC responses.
 //! GET opens the session's stream of change notifications; DELETE ends the session.
 
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::State;
@@ -20,7 +21,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::headers::header_text;
 use super::respond::{Accept, WireError, accepted, streamed};
-use super::{Endpoint, TransportOptions, sse};
+use super::{Endpoint, TransportOptions, owner_of, sse};
 use crate::auth::Principal;
 use crate::mrtr::{Asker, LegacyPeer, PendingAnswers};
 use crate::protocol::jsonrpc::{notification_bytes, success_bytes};
@@ -28,7 +29,7 @@ use crate::protocol::{
     ClientCapabilities, Incoming, LogLevel, Method, ProtocolError, RequestId, RequestMeta, version,
 };
 use crate::server::{Era, RequestEnv, ServerEvent};
-use crate::store::{RedisEventRelay, SessionStore};
+use crate::store::{Owner, RedisEventRelay, SessionStore};
 
 /// The most bytes of a client's `clientInfo` a session keeps (far more than a name and version).
 const MAX_CLIENT_INFO_BYTES: usize = 4096;
@@ -47,8 +48,10 @@ const SESSION_HEADER: &str = "mcp-session-id";
 pub struct LegacyOptions {
     /// How long a call waits for the client's answer to a server-initiated request.
     pub request_timeout: Duration,
-    /// How long an idle session lives.
-    pub session_ttl: Duration,
+    /// How long a session lives unused; each request gives it this long again.
+    pub session_idle: Duration,
+    /// How long a session lives at most, however busy.
+    pub session_max: Duration,
     /// Where sessions live (shared by every replica when it is Redis).
     pub sessions: Arc<dyn SessionStore>,
     /// With replicas: carries clients' answers to the replica whose call waits for them.
@@ -58,7 +61,8 @@ pub struct LegacyOptions {
 /// The legacy wire of one endpoint: its settings, and the calls waiting for clients' answers.
 pub(super) struct LegacyWire {
     request_timeout: Duration,
-    session_ttl: Duration,
+    session_idle: Duration,
+    session_max: Duration,
     sessions: Arc<dyn SessionStore>,
     /// Calls waiting here for a client's answer to a server-initiated request.
     pending: Arc<PendingAnswers>,
@@ -77,7 +81,8 @@ impl LegacyWire {
             .map(|relay| relay_answers(relay, pending.clone()));
         Self {
             request_timeout: options.legacy.request_timeout,
-            session_ttl: options.legacy.session_ttl,
+            session_idle: options.legacy.session_idle,
+            session_max: options.legacy.session_max,
             sessions: options.legacy.sessions.clone(),
             pending,
             answers_elsewhere,
@@ -92,8 +97,33 @@ struct Session {
     capabilities: Map<String, Value>,
     client_info: Option<Value>,
     principal: String,
+    /// Whose share of the session store the session counts against.
+    #[serde(default)]
+    owner: String,
+    /// When it was opened, in seconds since the Unix epoch; a record from before this field is
+    /// taken as opened now.
+    #[serde(default = "unix_now")]
+    opened_at: u64,
     log_level: Option<String>,
     subscriptions: Vec<String>,
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
+}
+
+impl Session {
+    /// How long the session may still live: its idle time, or less near its maximum age.
+    fn lifetime(&self, wire: &LegacyWire) -> Option<Duration> {
+        let age = Duration::from_secs(unix_now().saturating_sub(self.opened_at));
+        let left = wire
+            .session_max
+            .checked_sub(age)
+            .filter(|left| !left.is_zero())?;
+        Some(left.min(wire.session_idle))
+    }
 }
 
 /// Whether a POST belongs to the legacy wire: it carries a session, or it has neither the modern
@@ -126,6 +156,7 @@ pub(super) fn routes_here(headers: &HeaderMap, incoming: &Incoming) -> bool {
 pub(super) async fn post(
     endpoint: &Arc<Endpoint>,
     headers: &HeaderMap,
+    peer: Option<IpAddr>,
     accept: Accept,
     incoming: Incoming,
 ) -> Result<Response<Body>, WireError> {
@@ -140,7 +171,8 @@ pub(super) async fn post(
     let Some(session_id) = session_id else {
         return match incoming {
             Incoming::Request { id, method, params } if method == Method::Initialize.as_str() => {
-                Ok(initialize(endpoint, principal, &id, &params).await)
+                let owner = owner_of(&principal, peer);
+                Ok(initialize(endpoint, principal, owner, &id, &params).await)
             }
             other => {
                 let missing = "Missing Mcp-Session-Id header: send initialize first";
@@ -238,24 +270,18 @@ async fn serve_request(
         endpoint.legacy.pending.clone(),
         endpoint.legacy.request_timeout,
     ));
-    if accept.sse && method.streams() {
-        return Ok(streamed(
-            endpoint,
-            principal,
-            meta,
-            Era::Legacy(peer),
-            id.clone(),
-            method,
-            params,
-        )
-        .await);
-    }
+    // Legacy calls park no continuation (their questions are asked live), but the share is the
+    // session's all the same.
     let env = RequestEnv {
         principal,
+        owner: Owner::new(&session.owner),
         meta,
         notifier: None,
         era: Era::Legacy(peer),
     };
+    if accept.sse && method.streams() {
+        return Ok(streamed(endpoint, env, id.clone(), method, params).await);
+    }
     let reply = server.handle(method, &params, env).await?;
     Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)))
 }
@@ -263,6 +289,7 @@ async fn serve_request(
 async fn initialize(
     endpoint: &Arc<Endpoint>,
     principal: Principal,
+    owner: Owner,
     id: &RequestId,
     params: &Map<String, Value>,
 ) -> Response<Body> {
@@ -297,6 +324,8 @@ async fn initialize(
             .unwrap_or_default(),
         client_info: client_info.cloned(),
         principal: principal.id(),
+        owner: owner.as_str().to_owned(),
+        opened_at: unix_now(),
         log_level: None,
         subscriptions: Vec::new(),
     };
@@ -419,23 +448,40 @@ async fn session_of(
     Ok((session_id, session))
 }
 
-/// Loads a session: 404 when unknown or ended, 403 when it belongs to someone else.
+/// Loads a session and gives it its idle time again: 404 when unknown, ended or past its maximum
+/// age, 403 when it belongs to someone else.
 async fn load(
     endpoint: &Arc<Endpoint>,
     session_id: &str,
     principal: &Principal,
 ) -> Result<Session, WireError> {
+    let unavailable =
+        |e: ProtocolError| WireError::from(e).with_status(StatusCode::SERVICE_UNAVAILABLE);
+    let gone = || {
+        WireError::refused(
+            StatusCode::NOT_FOUND,
+            "Session not found: initialize a new one",
+        )
+    };
     match read(endpoint, session_id).await {
-        Ok(Some(session)) if session.principal == principal.id() => Ok(session),
+        Ok(Some(session)) if session.principal == principal.id() => {
+            let Some(lifetime) = session.lifetime(&endpoint.legacy) else {
+                let _ = endpoint.legacy.sessions.delete_session(session_id).await;
+                return Err(gone());
+            };
+            let sessions = &endpoint.legacy.sessions;
+            match sessions.touch_session(session_id, lifetime).await {
+                Ok(true) => Ok(session),
+                Ok(false) => Err(gone()),
+                Err(e) => Err(unavailable(e.into())),
+            }
+        }
         Ok(Some(_)) => Err(WireError::refused(
             StatusCode::FORBIDDEN,
             "This session belongs to another user",
         )),
-        Ok(None) => Err(WireError::refused(
-            StatusCode::NOT_FOUND,
-            "Session not found: initialize a new one",
-        )),
-        Err(e) => Err(WireError::from(e).with_status(StatusCode::SERVICE_UNAVAILABLE)),
+        Ok(None) => Err(gone()),
+        Err(e) => Err(unavailable(e)),
     }
 }
 
@@ -461,10 +507,16 @@ async fn save(
             bytes.len()
         )));
     }
+    let lifetime = session.lifetime(&endpoint.legacy).ok_or_else(|| {
+        ProtocolError::invalid_request(
+            "The session has reached its maximum age: initialize a new one",
+        )
+    })?;
+    let owner = Owner::new(&session.owner);
     endpoint
         .legacy
         .sessions
-        .write_session(session_id, bytes, endpoint.legacy.session_ttl)
+        .write_session(&owner, session_id, bytes, lifetime)
         .await
         .map_err(ProtocolError::from)
 }

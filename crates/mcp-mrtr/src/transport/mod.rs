@@ -7,11 +7,13 @@ mod front;
 mod headers;
 #[cfg(feature = "legacy")]
 mod legacy;
+mod listen;
 mod modern;
 mod origin;
 mod respond;
 mod sse;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,10 +22,12 @@ use axum::routing::post;
 
 #[cfg(feature = "legacy")]
 pub use legacy::LegacyOptions;
+pub use listen::{ConnectionLimits, RESERVED_DESCRIPTORS, max_connections};
 pub use origin::OriginPolicy;
 
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, Principal};
 use crate::server::Server;
+use crate::store::Owner;
 
 /// HTTP-level settings of the endpoint.
 pub struct TransportOptions {
@@ -33,6 +37,11 @@ pub struct TransportOptions {
     pub authenticator: Arc<dyn Authenticator>,
     /// Largest request body accepted; bigger bodies are refused with HTTP 413.
     pub max_body_bytes: usize,
+    /// Longest a client may take to send a request's body once its headers are in (HTTP 408).
+    pub body_read_timeout: Duration,
+    /// Most body bytes held at once across all requests being read and parsed; a request whose
+    /// body does not fit waits up to [`BUSY_WAIT`], then gets HTTP 503.
+    pub max_buffered_body_bytes: usize,
     /// Period of SSE comment lines on long-lived streams.
     pub keepalive: Duration,
     /// Most requests read and handled at once; more wait up to [`BUSY_WAIT`], then get HTTP 503
@@ -52,6 +61,8 @@ pub(crate) struct Endpoint {
     options: TransportOptions,
     /// One per request being read or handled.
     turns: Arc<tokio::sync::Semaphore>,
+    /// One per body byte being read or parsed.
+    body_bytes: Arc<tokio::sync::Semaphore>,
     #[cfg(feature = "legacy")]
     legacy: legacy::LegacyWire,
 }
@@ -64,6 +75,7 @@ pub fn router(server: Arc<Server>, options: TransportOptions, path: &str) -> Rou
         let wire = legacy::LegacyWire::start(&mut options);
         let endpoint = Endpoint {
             turns: turns(&options),
+            body_bytes: body_bytes(&options),
             server,
             options,
             legacy: wire,
@@ -78,6 +90,7 @@ pub fn router(server: Arc<Server>, options: TransportOptions, path: &str) -> Rou
             .delete(respond::method_not_allowed);
         let endpoint = Endpoint {
             turns: turns(&options),
+            body_bytes: body_bytes(&options),
             server,
             options,
         };
@@ -94,18 +107,37 @@ fn turns(options: &TransportOptions) -> Arc<tokio::sync::Semaphore> {
     ))
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves, with Nagle's algorithm off on every
-/// accepted socket (small request/response pairs would otherwise wait for delayed ACKs).
+fn body_bytes(options: &TransportOptions) -> Arc<tokio::sync::Semaphore> {
+    let bytes = options.max_buffered_body_bytes.clamp(
+        options.max_body_bytes.max(1),
+        tokio::sync::Semaphore::MAX_PERMITS,
+    );
+    Arc::new(tokio::sync::Semaphore::new(bytes))
+}
+
+/// Whose share of the stores a caller's entries count against: a signed-in principal, or an
+/// anonymous caller's address (its /64 for IPv6, which one client usually holds whole).
+pub(crate) fn owner_of(principal: &Principal, peer: Option<IpAddr>) -> Owner {
+    match (principal, peer) {
+        (Principal::Anonymous, Some(IpAddr::V4(address))) => {
+            Owner::new(&format!("address:{address}"))
+        }
+        (Principal::Anonymous, Some(IpAddr::V6(address))) => {
+            let network = u128::from(address) & !((1u128 << 64) - 1);
+            Owner::new(&format!("address:{}/64", std::net::Ipv6Addr::from(network)))
+        }
+        _ => Owner::new(&principal.id()),
+    }
+}
+
+/// Serves `router` on `listener` within `limits` until `shutdown` resolves (see [`listen`]):
+/// connections capped, slow and idle ones closed, Nagle's algorithm off (small request/response
+/// pairs would otherwise wait for delayed ACKs).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
+    limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router.into_make_service())
-        .with_graceful_shutdown(shutdown)
-        .await
+) {
+    listen::serve(listener, router, limits, shutdown).await;
 }

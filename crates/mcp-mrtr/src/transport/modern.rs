@@ -2,6 +2,7 @@
 //! with JSON or, when it streams progress or log messages, with SSE; `subscriptions/listen` opens
 //! a stream of change notifications.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -13,16 +14,18 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::headers::{MCP_PROTOCOL_VERSION, check_method, check_name, check_params, header_text};
 use super::respond::{Accept, WireError, accepted, streamed};
-use super::{Endpoint, sse};
+use super::{Endpoint, owner_of, sse};
 use crate::auth::Principal;
 use crate::protocol::jsonrpc::success_bytes;
 use crate::protocol::{Incoming, Method, ProtocolError, RequestId, RequestMeta, version};
 use crate::server::{Era, RequestEnv, Subscription};
+use crate::store::Owner;
 
 /// Serves a message of the 2026-07-28 wire.
 pub(super) async fn post(
     endpoint: &Arc<Endpoint>,
     headers: &HeaderMap,
+    peer: Option<IpAddr>,
     accept: Accept,
     incoming: Incoming,
 ) -> Result<Response<Body>, WireError> {
@@ -36,7 +39,7 @@ pub(super) async fn post(
             Err(WireError::from(refusal).answering(Some(&id)))
         }
         Incoming::Request { id, method, params } => {
-            request(endpoint, headers, accept, &id, &method, params)
+            request(endpoint, headers, peer, accept, &id, &method, params)
                 .await
                 .map_err(|e| e.answering(Some(&id)))
         }
@@ -47,6 +50,7 @@ pub(super) async fn post(
 async fn request(
     endpoint: &Arc<Endpoint>,
     headers: &HeaderMap,
+    peer: Option<IpAddr>,
     accept: Accept,
     id: &RequestId,
     method: &str,
@@ -57,7 +61,9 @@ async fn request(
         .authenticator
         .authenticate(headers)
         .map_err(|e| WireError::unauthorized(&e.0))?;
-    Ok(serve(endpoint, headers, accept, principal, id, method, params).await?)
+    let owner = owner_of(&principal, peer);
+    let caller = (principal, owner);
+    Ok(serve(endpoint, headers, accept, caller, id, method, params).await?)
 }
 
 /// Checks what a signed-in request carries, in the spec's order, and serves it.
@@ -65,7 +71,7 @@ async fn serve(
     endpoint: &Arc<Endpoint>,
     headers: &HeaderMap,
     accept: Accept,
-    principal: Principal,
+    (principal, owner): (Principal, Owner),
     id: &RequestId,
     method: &str,
     params: Map<String, Value>,
@@ -123,26 +129,18 @@ async fn serve(
     let wants_stream = accept.sse
         && method.streams()
         && (meta.progress_token.is_some() || meta.log_level.is_some());
-    if !wants_stream {
-        let env = RequestEnv {
-            principal,
-            meta,
-            notifier: None,
-            era: Era::Modern,
-        };
-        let reply = server.handle(method, &params, env).await?;
-        return Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)));
-    }
-    Ok(streamed(
-        endpoint,
+    let env = RequestEnv {
         principal,
+        owner,
         meta,
-        Era::Modern,
-        id.clone(),
-        method,
-        params,
-    )
-    .await)
+        notifier: None,
+        era: Era::Modern,
+    };
+    if wants_stream {
+        return Ok(streamed(endpoint, env, id.clone(), method, params).await);
+    }
+    let reply = server.handle(method, &params, env).await?;
+    Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)))
 }
 
 /// Opens a `subscriptions/listen` stream: the acknowledgement, then the events it opted into,

@@ -13,11 +13,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::{Endpoint, sse};
-use crate::auth::Principal;
 use crate::mrtr::Notifier;
 use crate::protocol::jsonrpc::{error_bytes, success_bytes};
-use crate::protocol::{Method, ProtocolError, RequestId, RequestMeta};
-use crate::server::{Era, RequestEnv};
+use crate::protocol::{Method, ProtocolError, RequestId};
+use crate::server::RequestEnv;
 
 /// What a streamed request's task produces: notifications, then exactly one final message.
 enum Frame {
@@ -30,9 +29,7 @@ enum Frame {
 /// anything gets a plain JSON answer with the error's own HTTP status.
 pub(super) async fn streamed(
     endpoint: &Arc<Endpoint>,
-    principal: Principal,
-    meta: RequestMeta,
-    era: Era,
+    mut env: RequestEnv,
     id: RequestId,
     method: Method,
     params: Map<String, Value>,
@@ -42,12 +39,7 @@ pub(super) async fn streamed(
     let server = endpoint.server.clone();
     let reply_id = id.clone();
     let task = tokio::spawn(async move {
-        let env = RequestEnv {
-            principal,
-            meta,
-            notifier: Some(Notifier::new(notes_tx)),
-            era,
-        };
+        env.notifier = Some(Notifier::new(notes_tx));
         let forward = frames_tx.clone();
         let relay = async move {
             while let Some(note) = notes_rx.recv().await {

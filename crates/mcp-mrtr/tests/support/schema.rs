@@ -11,16 +11,16 @@ pub const MODERN: &str = "2026-07-28";
 /// The revision of legacy (initialize) sessions.
 pub const LEGACY: &str = "2025-11-25";
 
-/// The official schema of `revision`, in the `shared/spec/` folder that CI places next to the
-/// repository (found from any package of the workspace).
+/// The official schema of `revision`, kept in the repository's `spec-compat/schema/` (found from
+/// any package of the workspace).
 pub fn schema_path_of(revision: &str) -> PathBuf {
     let package = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let spec = package
+    let schemas = package
         .ancestors()
-        .map(|dir| dir.join("shared/spec"))
-        .find(|spec| spec.is_dir())
-        .unwrap_or_else(|| panic!("no shared/spec/ next to {} or above", package.display()));
-    spec.join(revision).join("schema.json")
+        .map(|dir| dir.join("spec-compat/schema"))
+        .find(|schemas| schemas.is_dir())
+        .unwrap_or_else(|| panic!("no spec-compat/schema/ in {} or above", package.display()));
+    schemas.join(revision).join("schema.json")
 }
 
 pub fn schema_path() -> PathBuf {

@@ -114,6 +114,7 @@ impl TestServer {
             ),
             state_ttl: Duration::from_secs(options.state_ttl_secs),
             memory_capacity: 10_000,
+            share_per_owner: 1_000,
             redis: options.redis_url.map(|url| RedisStoreConfig {
                 url,
                 prefix: format!("mcp-test-{}:", std::process::id()),
@@ -125,7 +126,9 @@ impl TestServer {
             keepalive: Duration::from_secs(options.keepalive_secs),
             max_concurrent_requests: options.max_concurrent_requests,
             legacy_request_timeout: Duration::from_secs(options.legacy_request_timeout_secs),
-            legacy_session_ttl: Duration::from_secs(3600),
+            legacy_session_idle: Duration::from_secs(3600),
+            legacy_session_max: Duration::from_secs(24 * 3600),
+            ..Settings::default()
         };
         let info = ServerInfo {
             name: "mcp-mrtr-tests".into(),
@@ -146,13 +149,12 @@ impl TestServer {
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local address");
         let (shutdown, stop) = oneshot::channel::<()>();
+        let limits = settings.connection_limits();
         tokio::spawn(async move {
             let stopped = async move {
                 let _ = stop.await;
             };
-            if let Err(e) = mcp_mrtr::transport::serve(listener, router, stopped).await {
-                eprintln!("test server stopped with an error: {e}");
-            }
+            mcp_mrtr::transport::serve(listener, router, limits, stopped).await;
         });
         Self {
             addr,

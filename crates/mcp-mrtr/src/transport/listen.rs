@@ -1,0 +1,373 @@
+//! Accepting connections: the accept loop behind [`serve`](super::serve), and the hygiene that
+//! keeps one client's sockets from starving everybody else's.
+//!
+//! Open connections are capped below the process's open-file limit; when the cap is reached the
+//! connection idle the longest is closed to make room, and a failing `accept` (out of file
+//! descriptors) backs off instead of spinning. A connection is closed when it takes too long to
+//! send a request's headers, or when it has sat idle (no request being handled, no byte read or
+//! written) for the idle timeout. A stream's keep-alive comments are writes, so streams stay
+//! open. Each request carries its peer's address as [`ConnectInfo`].
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tower::ServiceExt as _;
+
+/// File descriptors kept free of connections, for the stores, the database, logs and the listener.
+pub const RESERVED_DESCRIPTORS: u64 = 128;
+/// How long accept waits after failing (for instance out of file descriptors) before trying again.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How connections are bounded.
+#[derive(Debug, Clone)]
+pub struct ConnectionLimits {
+    /// Most connections open at once; see [`max_connections`] for a bound that fits the process.
+    pub max_connections: usize,
+    /// Longest a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// Longest a connection may stay open with nothing to do.
+    pub idle_timeout: Duration,
+    /// On shutdown, how long requests being served may take to finish.
+    pub shutdown_grace: Duration,
+}
+
+/// The most connections this process can hold: `wanted` when given, but always below the
+/// open-file limit (raised to its hard maximum first) less [`RESERVED_DESCRIPTORS`].
+pub fn max_connections(wanted: Option<usize>) -> usize {
+    let limit = raise_open_file_limit();
+    let fits = usize::try_from(limit.saturating_sub(RESERVED_DESCRIPTORS))
+        .unwrap_or(usize::MAX)
+        .max(1);
+    match wanted {
+        Some(wanted) if wanted > fits => {
+            tracing::warn!(
+                wanted,
+                fits,
+                open_file_limit = limit,
+                "connection cap lowered to fit the open-file limit"
+            );
+            fits
+        }
+        Some(wanted) => wanted.max(1),
+        None => fits.min(10_000),
+    }
+}
+
+/// Raises the soft open-file limit to the hard one, returning the limit in force.
+fn raise_open_file_limit() -> u64 {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let current = limit.current.unwrap_or(u64::MAX);
+    if limit.maximum != limit.current {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            return limit.maximum.unwrap_or(u64::MAX);
+        }
+    }
+    current
+}
+
+/// One open connection, as the accept loop sees it.
+struct Tracked {
+    /// Milliseconds since the registry's clock started, at the last byte read or written.
+    last_active: AtomicU64,
+    /// Requests being handled (from their headers until their response starts).
+    busy: AtomicUsize,
+    /// Asks the connection to close once its current request, if any, is answered.
+    close: Notify,
+}
+
+/// The open connections, and the permits that cap them.
+struct Registry {
+    clock: Instant,
+    open: Mutex<HashMap<u64, Arc<Tracked>>>,
+    next_id: AtomicU64,
+    permits: Arc<Semaphore>,
+}
+
+impl Registry {
+    fn now(&self) -> u64 {
+        u64::try_from(self.clock.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn add(&self) -> (u64, Arc<Tracked>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let tracked = Arc::new(Tracked {
+            last_active: AtomicU64::new(self.now()),
+            busy: AtomicUsize::new(0),
+            close: Notify::new(),
+        });
+        self.lock().insert(id, tracked.clone());
+        (id, tracked)
+    }
+
+    fn remove(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Tracked>>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Closes the connection idle the longest, if one is idle; returns whether one was.
+    fn close_idlest(&self) -> bool {
+        let open = self.lock();
+        let idlest = open
+            .values()
+            .filter(|c| c.busy.load(Ordering::Acquire) == 0)
+            .min_by_key(|c| c.last_active.load(Ordering::Relaxed));
+        match idlest {
+            Some(connection) => {
+                // Seen as active from now on, so the next call picks another one.
+                connection.last_active.store(u64::MAX, Ordering::Relaxed);
+                connection.close.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn close_all(&self) {
+        for connection in self.lock().values() {
+            connection.close.notify_one();
+        }
+    }
+}
+
+/// Serves `router` on `listener` within `limits` until `shutdown` resolves, then lets the
+/// requests being served finish for up to the grace period.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnectionLimits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let registry = Arc::new(Registry {
+        clock: Instant::now(),
+        open: Mutex::new(HashMap::new()),
+        next_id: AtomicU64::new(0),
+        permits: Arc::new(Semaphore::new(limits.max_connections)),
+    });
+    let limits = Arc::new(limits);
+    tokio::pin!(shutdown);
+    let mut last_accept_error: Option<Instant> = None;
+    loop {
+        let permit = match registry.permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                registry.close_idlest();
+                tokio::select! {
+                    permit = registry.permits.clone().acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => break,
+                    },
+                    () = &mut shutdown => break,
+                }
+            }
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(connection(
+                    stream,
+                    peer,
+                    permit,
+                    registry.clone(),
+                    router.clone(),
+                    limits.clone(),
+                ));
+            }
+            Err(error) => {
+                // Logged at most once a second: a full descriptor table fails every accept.
+                if last_accept_error.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+                    tracing::warn!(%error, "accept failed; closing an idle connection and retrying");
+                    last_accept_error = Some(Instant::now());
+                }
+                registry.close_idlest();
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+            }
+        }
+    }
+    drop(listener);
+    registry.close_all();
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    let drained = tokio::time::timeout(limits.shutdown_grace, registry.permits.acquire_many(all));
+    if drained.await.is_err() {
+        tracing::warn!(
+            open = registry.lock().len(),
+            "connections still open after the shutdown grace period"
+        );
+    }
+}
+
+/// Serves one connection until it ends, is idle too long, or is asked to close.
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    _permit: OwnedSemaphorePermit,
+    registry: Arc<Registry>,
+    router: Router,
+    limits: Arc<ConnectionLimits>,
+) {
+    let (id, tracked) = registry.add();
+    let io = TokioIo::new(Watched {
+        inner: stream,
+        tracked: tracked.clone(),
+        registry: registry.clone(),
+    });
+    let service = {
+        let tracked = tracked.clone();
+        hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let busy = Busy::start(tracked.clone());
+            let router = router.clone();
+            async move {
+                let response = router.oneshot(request).await;
+                drop(busy);
+                response
+            }
+        })
+    };
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let served = builder.serve_connection_with_upgrades(io, service);
+    tokio::pin!(served);
+    let check_every =
+        (limits.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut ticks = tokio::time::interval(check_every);
+    let idle_ms = u64::try_from(limits.idle_timeout.as_millis()).unwrap_or(u64::MAX);
+    let mut closing_since: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            _ = served.as_mut() => break,
+            () = tracked.close.notified(), if closing_since.is_none() => {
+                served.as_mut().graceful_shutdown();
+                closing_since = Some(Instant::now());
+            }
+            _ = ticks.tick() => {
+                if let Some(since) = closing_since {
+                    // A client that keeps a closing connection open is cut off.
+                    if since.elapsed() >= limits.shutdown_grace {
+                        break;
+                    }
+                    continue;
+                }
+                let idle = tracked.busy.load(Ordering::Acquire) == 0
+                    && registry.now().saturating_sub(tracked.last_active.load(Ordering::Relaxed)) >= idle_ms;
+                if idle {
+                    served.as_mut().graceful_shutdown();
+                    closing_since = Some(Instant::now());
+                }
+            }
+        }
+    }
+    registry.remove(id);
+}
+
+/// Counts one request as being handled while it lives.
+struct Busy(Arc<Tracked>);
+
+impl Busy {
+    fn start(tracked: Arc<Tracked>) -> Self {
+        tracked.busy.fetch_add(1, Ordering::AcqRel);
+        Self(tracked)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A socket that notes when it last moved a byte.
+struct Watched {
+    inner: TcpStream,
+    tracked: Arc<Tracked>,
+    registry: Arc<Registry>,
+}
+
+impl Watched {
+    fn moved(&self, bytes: usize) {
+        if bytes > 0 {
+            self.tracked
+                .last_active
+                .store(self.registry.now(), Ordering::Relaxed);
+        }
+    }
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            self.moved(buf.filled().len() - before);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(written)) = polled {
+            self.moved(written);
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(written)) = polled {
+            self.moved(written);
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,665 @@
+//! Hostile clients against the real binary: each test replays one attack an attacker can mount
+//! without signing in (or signed in as one user), checks the bound that stops it, and prints the
+//! figures (resident memory, connections closed and when, whose entries were evicted).
+//!
+//! Run `cargo test --release --test hardening -- --nocapture --test-threads 1` for the figures
+//! of the release build; the README's "Limits" section records them.
+
+mod support;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use support::movies::{Backend, Launch, MovieServer};
+
+const LEGACY: &str = "2025-11-25";
+const MODERN: &str = "2026-07-28";
+const MIB: u64 = 1024 * 1024;
+
+/// Resident memory of a process, sampled in the background to catch its peak.
+struct Rss {
+    pid: u32,
+    peak: Arc<AtomicU64>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Rss {
+    fn watch(pid: u32) -> Self {
+        let peak = Arc::new(AtomicU64::new(resident_bytes(pid)));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (seen, stopped) = (peak.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                seen.fetch_max(resident_bytes(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        Self { pid, peak, stop }
+    }
+
+    fn now(&self) -> u64 {
+        resident_bytes(self.pid)
+    }
+
+    fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed).max(self.now())
+    }
+
+    /// Waits up to `within` for memory to fall under `under`, returning the last reading and
+    /// how long it took.
+    async fn settle(&self, under: u64, within: Duration) -> (u64, Duration) {
+        let start = Instant::now();
+        loop {
+            let now = self.now();
+            if now < under || start.elapsed() >= within {
+                return (now, start.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Rss {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// `VmRSS` of `pid`, in bytes (0 once it has exited).
+fn resident_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / MIB as f64)
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(64)
+        .build()
+        .expect("reqwest client")
+}
+
+/// POSTs `body` to the endpoint as a 2026-07-28 (or, without `_meta`, a legacy) client would.
+async fn post(http: &reqwest::Client, url: &str, version: &str, body: Vec<u8>) -> (u16, Value) {
+    let response = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", version)
+        .body(body)
+        .send()
+        .await
+        .expect("the server answers");
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// Sends `bodies` with `concurrency` requests in flight, returning each answer's status and code.
+async fn flood(
+    url: &str,
+    version: &str,
+    bodies: Vec<Vec<u8>>,
+    concurrency: usize,
+) -> Vec<(u16, i64)> {
+    use futures::StreamExt as _;
+    let http = http();
+    futures::stream::iter(bodies)
+        .map(|body| {
+            let (http, url) = (http.clone(), url.to_owned());
+            async move {
+                let (status, answer) = post(&http, &url, version, body).await;
+                (status, answer["error"]["code"].as_i64().unwrap_or(0))
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_heavy_bodies_are_refused_and_memory_comes_back() {
+    let server = MovieServer::start(Backend::Sqlite).await;
+    let rss = Rss::watch(server.pid());
+    let before = rss.now();
+    // ~650 KB of tiny objects: 10,000 inputResponses keys, as in the reported attack.
+    let answers: serde_json::Map<String, Value> = (0..10_000)
+        .map(|i| {
+            (
+                format!("answer-{i:05}-{}", "x".repeat(24)),
+                json!({"action": "accept"}),
+            )
+        })
+        .collect();
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {
+            "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN},
+            "name": "addToWatchlist",
+            "arguments": {"subject": {"movieId": "6"}},
+            "inputResponses": answers,
+        }
+    });
+    let bytes = serde_json::to_vec(&body).expect("serialize");
+    let started = Instant::now();
+    let answers = flood(server.url(), MODERN, vec![bytes.clone(); 640], 64).await;
+    let took = started.elapsed();
+    let peak = rss.peak();
+    let (settled, after) = rss.settle(160 * MIB, Duration::from_secs(10)).await;
+    println!(
+        "object-heavy burst: 640 bodies of {} KB over 64 connections in {took:.1?}; RSS {} before, \
+         {} at peak, {} {after:.1?} after",
+        bytes.len() / 1000,
+        mib(before),
+        mib(peak),
+        mib(settled)
+    );
+    assert!(
+        answers.iter().all(|&answer| answer == (400, -32600)),
+        "every body is refused as an invalid request: {:?}",
+        &answers[..answers.len().min(5)]
+    );
+    assert!(
+        peak < 512 * MIB,
+        "peak RSS {} stays under 512 MiB",
+        mib(peak)
+    );
+    assert!(
+        settled < 160 * MIB,
+        "RSS settles under 160 MiB: {}",
+        mib(settled)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anonymous_flood_of_huge_legacy_initializes_is_refused_cheaply() {
+    let server = MovieServer::start(Backend::Sqlite).await;
+    let rss = Rss::watch(server.pid());
+    let before = rss.now();
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": LEGACY,
+            "capabilities": {},
+            "clientInfo": {"name": "flood", "version": "1", "padding": "x".repeat(878_000)},
+        }
+    });
+    let bytes = serde_json::to_vec(&body).expect("serialize");
+    let answers = flood(server.url(), LEGACY, vec![bytes; 1_500], 64).await;
+    let peak = rss.peak();
+    let (settled, after) = rss.settle(160 * MIB, Duration::from_secs(10)).await;
+    println!(
+        "legacy initialize flood: 1,500 × 878 KB clientInfo; RSS {} before, {} at peak (+{}), {} \
+         {after:.1?} after",
+        mib(before),
+        mib(peak),
+        mib(peak.saturating_sub(before)),
+        mib(settled)
+    );
+    assert!(
+        answers.iter().all(|&(_, code)| code == -32602),
+        "every oversized clientInfo is refused with -32602: {:?}",
+        &answers[..answers.len().min(5)]
+    );
+    assert!(
+        peak.saturating_sub(before) < 256 * MIB,
+        "RSS grows by less than 256 MiB: {} → {}",
+        mib(before),
+        mib(peak)
+    );
+}
+
+/// Opens a connection that sends a request line, then one header line a second.
+async fn slow_headers(addr: SocketAddr, opened: Instant) -> Option<Duration> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    stream.write_all(b"POST /mcp HTTP/1.1\r\n").await.ok()?;
+    let mut buffer = [0u8; 1024];
+    for line in 0..120 {
+        let header = format!("x-slow-{line}: still typing\r\n");
+        if stream.write_all(header.as_bytes()).await.is_err() {
+            return Some(opened.elapsed());
+        }
+        // Closed by the server: the read ends (maybe after a 408) instead of timing out.
+        match tokio::time::timeout(Duration::from_secs(1), stream.read(&mut buffer)).await {
+            Ok(Ok(0) | Err(_)) => return Some(opened.elapsed()),
+            Ok(Ok(_)) => {
+                // A response (408) came first; the close follows.
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    stream.read_to_end(&mut Vec::new()),
+                )
+                .await;
+                return Some(opened.elapsed());
+            }
+            Err(_) => {}
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_slow_to_send_headers_are_closed_and_others_are_served() {
+    let launch = Launch {
+        args: vec!["--header-read-timeout-secs".into(), "2".into()],
+        open_files: None,
+    };
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let addr = address_of(server.url());
+    let opened = Instant::now();
+    let slow: Vec<_> = (0..200)
+        .map(|_| tokio::spawn(slow_headers(addr, opened)))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let served = server.anonymous().request("tools/list").send().await;
+    assert!(
+        served.result()["tools"]
+            .as_array()
+            .is_some_and(|tools| !tools.is_empty()),
+        "a normal request is served while 200 connections dawdle"
+    );
+    let mut closed = Vec::new();
+    for connection in slow {
+        closed.push(connection.await.expect("the slow client ran"));
+    }
+    let times: Vec<Duration> = closed.iter().flatten().copied().collect();
+    let latest = times.iter().max().copied().unwrap_or_default();
+    let earliest = times.iter().min().copied().unwrap_or_default();
+    println!(
+        "slow headers: {} of 200 connections closed by the server, between {earliest:.1?} and \
+         {latest:.1?} after opening (header-read timeout 2 s)",
+        times.len()
+    );
+    assert_eq!(times.len(), 200, "every slow connection is closed");
+    assert!(
+        latest < Duration::from_secs(10),
+        "the last slow connection was closed {latest:.1?} after opening, not after minutes"
+    );
+}
+
+fn address_of(url: &str) -> SocketAddr {
+    let authority = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .expect("an authority");
+    authority.parse().expect("a socket address")
+}
+
+/// Waits until the server closes `stream`, returning when (or `None` after `limit`).
+async fn closed_within(
+    mut stream: TcpStream,
+    opened: Instant,
+    limit: Duration,
+) -> Option<Duration> {
+    let mut buffer = [0u8; 512];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buffer)).await {
+            Ok(Ok(0) | Err(_)) => return Some(opened.elapsed()),
+            Ok(Ok(_)) => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sockets_beyond_the_fd_limit_cannot_lock_others_out() {
+    let launch = Launch {
+        args: ["--idle-timeout-secs", "3", "--body-read-timeout-secs", "2"]
+            .map(String::from)
+            .to_vec(),
+        open_files: Some(1_024),
+    };
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let addr = address_of(server.url());
+    let opened = Instant::now();
+    let mut idle = Vec::new();
+    for _ in 0..1_100 {
+        // Past the server's cap the kernel still completes connections into the backlog.
+        if let Ok(Ok(stream)) =
+            tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr)).await
+        {
+            idle.push(stream);
+        }
+    }
+    let connected = idle.len();
+    // One request whose body never fully arrives.
+    let mut short = TcpStream::connect(addr).await.expect("connect");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\nmcp-protocol-version: {MODERN}\r\n\
+         content-length: 1000\r\n\r\n{{\"jsonrpc\""
+    );
+    short
+        .write_all(head.as_bytes())
+        .await
+        .expect("send a partial request");
+    let short_sent = Instant::now();
+
+    let served = server.anonymous().request("tools/list").send().await;
+    let served_after = opened.elapsed();
+    assert!(
+        served.result()["tools"]
+            .as_array()
+            .is_some_and(|tools| !tools.is_empty()),
+        "a normal request is served with {connected} idle sockets open"
+    );
+
+    let mut answer = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), short.read_to_string(&mut answer)).await;
+    let short_answered = short_sent.elapsed();
+    assert!(
+        answer.starts_with("HTTP/1.1 408"),
+        "a body that never arrives gets 408: {answer:?}"
+    );
+
+    let watching: Vec<_> = idle
+        .into_iter()
+        .map(|stream| tokio::spawn(closed_within(stream, opened, Duration::from_secs(30))))
+        .collect();
+    let mut closed = Vec::new();
+    for watch in watching {
+        closed.push(watch.await.expect("watch ran"));
+    }
+    let times: Vec<Duration> = closed.iter().flatten().copied().collect();
+    let latest = times.iter().max().copied().unwrap_or_default();
+    let log = server.log();
+    let accept_errors = log.matches("accept failed").count();
+    println!(
+        "idle sockets at fd limit 1,024: {connected} connected; a normal request served after \
+         {served_after:.1?}; the partial body answered 408 after {short_answered:.1?}; {} of \
+         {connected} idle sockets closed by the server, the last after {latest:.1?} (idle timeout \
+         3 s); {accept_errors} accept-failure log lines",
+        times.len()
+    );
+    assert_eq!(times.len(), connected, "every idle socket is closed");
+    assert!(
+        latest < Duration::from_secs(25),
+        "the idle sockets were closed by {latest:.1?}"
+    );
+}
+
+/// Starts `count` addToWatchlist conversations as `session`, returning their request states.
+async fn first_rounds(session: &support::movies::Session, count: usize) -> Vec<String> {
+    let mut states = Vec::new();
+    for i in 0..count {
+        let movie = (i % 20 + 1).to_string();
+        let reply = session
+            .call("addToWatchlist", json!({"subject": {"movieId": movie}}))
+            .await;
+        states.push(reply.request_state());
+    }
+    states
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_users_flood_of_open_conversations_evicts_only_their_own() {
+    let launch = Launch {
+        args: [
+            "--share-per-caller",
+            "50",
+            "--continuation-capacity",
+            "1000",
+        ]
+        .map(String::from)
+        .to_vec(),
+        open_files: None,
+    };
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let (alice, mallory) = (server.user("alice"), server.user("mallory"));
+    let arguments = json!({"subject": {"movieId": "6"}});
+    let alices = alice
+        .call("addToWatchlist", arguments.clone())
+        .await
+        .request_state();
+    // Twice the whole store's capacity, from one user.
+    let flood = first_rounds(&mallory, 2_000).await;
+    let answer = json!({"status": {"action": "accept", "content": {"status": "WATCHED"}}});
+    let done = alice
+        .retry("addToWatchlist", arguments, answer.clone(), &alices)
+        .await;
+    let alice_finished =
+        done.result()["isError"] != json!(true) && done.result().get("resultType").is_some();
+    let mut mallory_kept = 0;
+    for (i, state) in flood.iter().enumerate() {
+        let movie = (i % 20 + 1).to_string();
+        let reply = mallory
+            .retry(
+                "addToWatchlist",
+                json!({"subject": {"movieId": movie}}),
+                answer.clone(),
+                state,
+            )
+            .await;
+        if reply.response().get("result").is_some() {
+            mallory_kept += 1;
+        }
+    }
+    println!(
+        "continuation flood: mallory opened 2,000 conversations (store capacity 1,000, share 50); \
+         {mallory_kept} of hers survived (her newest), {} evicted; alice's one pending \
+         conversation {}",
+        2_000 - mallory_kept,
+        if alice_finished {
+            "survived and completed"
+        } else {
+            "was lost"
+        }
+    );
+    assert!(
+        alice_finished,
+        "alice's conversation completes: {}",
+        done.body_text()
+    );
+    assert_eq!(
+        alice.watchlist().await.len(),
+        1,
+        "alice's answer was saved once"
+    );
+    assert_eq!(mallory_kept, 50, "mallory keeps exactly her share");
+}
+
+/// Opens a legacy session as an anonymous client calling from `local`.
+async fn open_session(url: &str, local: IpAddr) -> Option<String> {
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .local_address(local)
+        .build()
+        .expect("reqwest client");
+    let response = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+        }))
+        .send()
+        .await
+        .ok()?;
+    response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Whether the session still serves `tools/list`.
+async fn session_serves(url: &str, local: IpAddr, session: &str) -> bool {
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .local_address(local)
+        .build()
+        .expect("reqwest client");
+    let response = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", LEGACY)
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+        .send()
+        .await
+        .expect("the server answers");
+    response.status().is_success()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anonymous_flood_of_sessions_from_one_address_spares_other_addresses() {
+    let launch = Launch {
+        args: [
+            "--share-per-caller",
+            "50",
+            "--continuation-capacity",
+            "1000",
+        ]
+        .map(String::from)
+        .to_vec(),
+        open_files: None,
+    };
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let url = server.url().to_owned();
+    let (flooder, neighbour) = (
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
+    );
+    let kept = open_session(&url, neighbour).await.expect("a session");
+    let mut flood = Vec::new();
+    for _ in 0..2_000 {
+        flood.push(open_session(&url, flooder).await.expect("a session"));
+    }
+    let neighbour_kept = session_serves(&url, neighbour, &kept).await;
+    let mut flooder_kept = 0;
+    for session in &flood {
+        if session_serves(&url, flooder, session).await {
+            flooder_kept += 1;
+        }
+    }
+    println!(
+        "session flood: 2,000 anonymous initializes from 127.0.0.1 (store capacity 1,000, share \
+         50); {flooder_kept} of them still open; the session from 127.0.0.2 {}",
+        if neighbour_kept {
+            "survived"
+        } else {
+            "was evicted"
+        }
+    );
+    assert!(neighbour_kept, "the other address's session survives");
+    assert_eq!(
+        flooder_kept, 50,
+        "the flooding address keeps exactly its share"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_headers_and_names_are_echoed_only_as_a_prefix() {
+    let server = MovieServer::start(Backend::Sqlite).await;
+    let http = http();
+    let origin = format!("http://{}.example", "o".repeat(300_000));
+    let refused = http
+        .post(server.url())
+        .header("origin", &origin)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body("{}")
+        .send()
+        .await
+        .expect("the server answers");
+    let status = refused.status().as_u16();
+    let origin_body = refused.text().await.unwrap_or_default();
+    let name = "n".repeat(500_000);
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": MODERN}, "name": name, "arguments": {}}
+    });
+    let name_answer = http
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "n")
+        .json(&body)
+        .send()
+        .await
+        .expect("the server answers")
+        .text()
+        .await
+        .unwrap_or_default();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let longest_log_line = server.log().lines().map(str::len).max().unwrap_or(0);
+    println!(
+        "echoes: a 300 KB Origin gets {status} with a {}-byte body; a 500 KB tool name gets a \
+         {}-byte answer; the longest log line is {longest_log_line} bytes",
+        origin_body.len(),
+        name_answer.len()
+    );
+    assert_eq!(status, 403, "a foreign Origin is refused");
+    assert!(
+        origin_body.len() < 1024,
+        "the 403 body is short: {} bytes",
+        origin_body.len()
+    );
+    assert!(
+        name_answer.len() < 2048,
+        "the answer is short: {} bytes",
+        name_answer.len()
+    );
+    assert!(
+        longest_log_line < 4096,
+        "no log line echoes the input: {longest_log_line} bytes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_given_twice_is_refused_before_anything_runs() {
+    let server = MovieServer::start(Backend::Sqlite).await;
+    let alice = server.user("alice");
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{{"_meta":{{"io.modelcontextprotocol/protocolVersion":"{MODERN}"}},"name":"addToWatchlist","arguments":{{"subject":{{"movieId":"6"}},"status":"WATCHED"}}}}}}"#
+    );
+    let token =
+        moviedb_mcp::auth::mint_token(server.secret.as_bytes(), "alice", Duration::from_secs(600))
+            .expect("a token");
+    let response = http()
+        .post(server.url())
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "addToWatchlist")
+        .body(body)
+        .send()
+        .await
+        .expect("the server answers");
+    let status = response.status().as_u16();
+    let answer: Value = response.json().await.expect("a JSON answer");
+    println!("duplicate keys: HTTP {status}, {answer}");
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["code"], -32700, "{answer}");
+    assert!(alice.watchlist().await.is_empty(), "nothing ran");
+}
