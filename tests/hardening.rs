@@ -51,17 +51,10 @@ impl Rss {
         self.peak.load(Ordering::Relaxed).max(self.now())
     }
 
-    /// Waits up to `within` for memory to fall under `under`, returning the last reading and
-    /// how long it took.
-    async fn settle(&self, under: u64, within: Duration) -> (u64, Duration) {
-        let start = Instant::now();
-        loop {
-            let now = self.now();
-            if now < under || start.elapsed() >= within {
-                return (now, start.elapsed());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    /// Resident memory once the server has had `pause` to give back what a burst took.
+    async fn after(&self, pause: Duration) -> u64 {
+        tokio::time::sleep(pause).await;
+        self.now()
     }
 }
 
@@ -168,10 +161,10 @@ async fn object_heavy_bodies_are_refused_and_memory_comes_back() {
     let answers = flood(server.url(), MODERN, vec![bytes.clone(); 640], 64).await;
     let took = started.elapsed();
     let peak = rss.peak();
-    let (settled, after) = rss.settle(160 * MIB, Duration::from_secs(10)).await;
+    let settled = rss.after(Duration::from_secs(3)).await;
     println!(
         "object-heavy burst: 640 bodies of {} KB over 64 connections in {took:.1?}; RSS {} before, \
-         {} at peak, {} {after:.1?} after",
+         {} at peak, {} 3 s after",
         bytes.len() / 1000,
         mib(before),
         mib(peak),
@@ -210,10 +203,10 @@ async fn an_anonymous_flood_of_huge_legacy_initializes_is_refused_cheaply() {
     let bytes = serde_json::to_vec(&body).expect("serialize");
     let answers = flood(server.url(), LEGACY, vec![bytes; 1_500], 64).await;
     let peak = rss.peak();
-    let (settled, after) = rss.settle(160 * MIB, Duration::from_secs(10)).await;
+    let settled = rss.after(Duration::from_secs(3)).await;
     println!(
         "legacy initialize flood: 1,500 × 878 KB clientInfo; RSS {} before, {} at peak (+{}), {} \
-         {after:.1?} after",
+         3 s after",
         mib(before),
         mib(peak),
         mib(peak.saturating_sub(before)),

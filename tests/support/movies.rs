@@ -87,7 +87,7 @@ fn limit_open_files(command: &mut Command, limit: u64) {
     // SAFETY: setrlimit is async-signal-safe, and nothing else runs between fork and exec.
     unsafe {
         command.pre_exec(move || {
-            rustix::process::setrlimit(rustix::process::Resource::Nofile, rlimit.clone())
+            rustix::process::setrlimit(rustix::process::Resource::Nofile, rlimit)
                 .map_err(std::io::Error::from)
         });
     }

@@ -149,3 +149,52 @@ async fn a_redis_outage_gives_a_clear_error_and_service_returns_with_redis() {
         .await;
     assert_eq!(done.text(), "Hello, Lin!");
 }
+
+#[tokio::test]
+async fn past_its_share_an_owner_loses_only_its_own_oldest_entries_in_redis() {
+    use mcp_mrtr::store::{
+        ContinuationId, ContinuationStore, Owner, RedisStore, RedisStoreConfig, SessionStore,
+    };
+    let config = RedisStoreConfig {
+        url: shared_redis_url(),
+        prefix: format!("mcp-share-test-{}:", support::net::random_hex(6)),
+        timeout: Duration::from_secs(1),
+    };
+    let store = RedisStore::connect(config, 3).await.expect("Redis answers");
+    let ttl = Duration::from_secs(60);
+    let (flooder, neighbour) = (Owner::new("user:mallory"), Owner::new("address:127.0.0.2"));
+    let kept = ContinuationId::random();
+    store
+        .put(&neighbour, kept, b"kept".to_vec(), ttl)
+        .await
+        .unwrap();
+    let flood: Vec<ContinuationId> = (0..5).map(|_| ContinuationId::random()).collect();
+    for id in &flood {
+        store
+            .put(&flooder, *id, b"flood".to_vec(), ttl)
+            .await
+            .unwrap();
+    }
+    let mut left = Vec::new();
+    for id in &flood {
+        left.push(store.take(*id).await.unwrap().is_some());
+    }
+    assert_eq!(
+        left,
+        [false, false, true, true, true],
+        "the flooder keeps its newest 3"
+    );
+    assert_eq!(store.take(kept).await.unwrap(), Some(b"kept".to_vec()));
+
+    // Sessions have shares of their own, and a touch keeps a session alive.
+    for number in 0..4 {
+        let id = format!("session-{number}");
+        store
+            .write_session(&flooder, &id, b"s".to_vec(), ttl)
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.read_session("session-0").await.unwrap(), None);
+    assert!(store.touch_session("session-3", ttl).await.unwrap());
+    assert!(!store.touch_session("session-0", ttl).await.unwrap());
+}

@@ -338,3 +338,34 @@ pub fn parse_input_responses(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_answers(count: usize) -> Map<String, Value> {
+        let answers: Map<String, Value> = (0..count)
+            .map(|i| (format!("q{i}"), json!({"action": "decline"})))
+            .collect();
+        let mut params = Map::new();
+        params.insert("inputResponses".into(), Value::Object(answers));
+        params
+    }
+
+    #[test]
+    fn a_retry_carries_at_most_its_share_of_answers() {
+        let parsed = parse_input_responses(&with_answers(MAX_INPUT_RESPONSES));
+        assert_eq!(
+            parsed.map(|answers| answers.len()).ok(),
+            Some(MAX_INPUT_RESPONSES)
+        );
+        let refused = parse_input_responses(&with_answers(MAX_INPUT_RESPONSES + 1))
+            .expect_err("one answer too many is refused");
+        assert_eq!(refused.code, crate::protocol::error::INVALID_PARAMS);
+        assert!(
+            refused.message.contains("at most 64"),
+            "{}",
+            refused.message
+        );
+    }
+}

@@ -17,20 +17,23 @@ use sha2::{Digest, Sha256};
 use super::{ContinuationId, ContinuationStore, Owner, SessionStore, StoreError};
 
 /// Writes `KEYS[1]` (value `ARGV[1]`, time-to-live `ARGV[2]` ms) into the owner's index
-/// `KEYS[2]`, then deletes the owner's earliest entries beyond its share `ARGV[3]`.
+/// `KEYS[2]`, then deletes the owner's earliest entries beyond its share `ARGV[3]`. Scored by
+/// deadline in microseconds, so entries written in the same millisecond keep their order.
 const PUT_WITHIN_SHARE: &str = r"
 local clock = redis.call('TIME')
-local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+local now = clock[1] * 1000000 + clock[2]
+-- Written out whole: Lua's default number format keeps only 14 digits.
+local deadline = string.format('%.0f', now + tonumber(ARGV[2]) * 1000)
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), KEYS[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZADD', KEYS[2], deadline, KEYS[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%.0f', now))
 local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[3])
 if over > 0 then
   local earliest = redis.call('ZPOPMIN', KEYS[2], over)
   for i = 1, #earliest, 2 do redis.call('DEL', earliest[i]) end
 end
 local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[2], last[2])
+redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', math.ceil(tonumber(last[2]) / 1000)))
 ";
 
 /// How to reach the Redis server the stores share.
