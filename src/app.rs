@@ -2,25 +2,10 @@
 //! `MOVIEDB_*` settings, logging, and a stop on Ctrl-C or SIGTERM.
 
 use std::io::IsTerminal as _;
-use std::sync::Arc;
 
-use crate::auth::Authenticator;
 use crate::config::ServeArgs;
-use crate::registry::Registry;
-use crate::server::{Events, ServerInfo};
 
 pub use mcp_mrtr::service::MCP_PATH;
-
-/// Builds the protocol server and its HTTP router from the command line's settings.
-pub async fn router(
-    args: &ServeArgs,
-    registry: Registry,
-    info: ServerInfo,
-    events: Events,
-    authenticator: Arc<dyn Authenticator>,
-) -> anyhow::Result<axum::Router> {
-    mcp_mrtr::service::router(&args.settings(), registry, info, events, authenticator).await
-}
 
 /// Fails, saying what to set, when Redis is configured but does not answer: checked once at
 /// start-up, before the stores, the event relay and the summary cache all try it.
@@ -36,11 +21,6 @@ pub async fn check_redis(args: &ServeArgs) -> anyhow::Result<()> {
             crate::moviedb::catalogue::redact(&config.url)
         ),
     }
-}
-
-/// Binds `args.bind` and serves until Ctrl-C or SIGTERM.
-pub async fn serve(args: &ServeArgs, router: axum::Router) -> anyhow::Result<()> {
-    mcp_mrtr::service::serve(args.bind, &args.settings(), router, shutdown_signal()).await
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`).

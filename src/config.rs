@@ -124,6 +124,7 @@ impl ServeArgs {
             legacy_request_timeout: Duration::from_secs(self.legacy_request_timeout_secs.max(1)),
             legacy_session_idle: Duration::from_secs(self.legacy_session_idle_secs.max(1)),
             legacy_session_max: Duration::from_secs(self.legacy_session_max_secs.max(1)),
+            ..mcp_mrtr::service::Settings::default()
         }
     }
 

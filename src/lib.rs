@@ -31,4 +31,4 @@ pub mod auth;
 pub mod config;
 pub mod moviedb;
 
-pub use mcp_mrtr::{mrtr, protocol, registry, server, store, transport};
+pub use mcp_mrtr::{mrtr, protocol, registry, server, service, store, transport};

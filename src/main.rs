@@ -14,6 +14,7 @@ use moviedb_mcp::moviedb::summarizer::{LlmArgs, Summarizer};
 use moviedb_mcp::moviedb::{Catalogue, catalogue, seed, tools};
 use moviedb_mcp::registry::Registry;
 use moviedb_mcp::server::{Events, ServerInfo};
+use moviedb_mcp::service;
 use rand::RngCore;
 
 /// A Model Context Protocol server for a movie database (MCP 2026-07-28, with Multi Round-Trip
@@ -111,7 +112,14 @@ async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
     app::check_redis(&cli.serve).await?;
     let mut registry = Registry::new();
     let summarizer = Summarizer::configure(&cli.llm, cli.serve.redis()).await?;
-    tools::register(&mut registry, Arc::new(catalogue), Arc::new(summarizer));
+    let catalogue = Arc::new(catalogue);
+    let database = catalogue.clone();
+    let mut settings = cli.serve.settings();
+    settings.readiness = settings.readiness.with("database", move || {
+        let database = database.clone();
+        async move { database.ping().await.map_err(|e| e.to_string()) }
+    });
+    tools::register(&mut registry, catalogue, Arc::new(summarizer));
     let info = ServerInfo {
         name: "moviedb-mcp".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -122,8 +130,8 @@ async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
         ),
     };
     let authenticator = Arc::new(JwtAuthenticator::new(&jwt_secret(&cli.database)?)?);
-    let router = app::router(&cli.serve, registry, info, Events::new(), authenticator).await?;
-    app::serve(&cli.serve, router).await
+    let router = service::router(&settings, registry, info, Events::new(), authenticator).await?;
+    service::serve(cli.serve.bind, &settings, router, app::shutdown_signal()).await
 }
 
 async fn open_catalogue(args: &DatabaseArgs) -> anyhow::Result<Catalogue> {

@@ -62,14 +62,6 @@ fn saved_item(reply: &Reply) -> &Value {
     &reply.result()["structuredContent"]
 }
 
-/// The replica that served a response through the balancer.
-fn served_by(reply: &Reply) -> usize {
-    reply
-        .header("x-moviedb-replica")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no X-Moviedb-Replica header: {:?}", reply.headers))
-}
-
 /// The movies on a watch list.
 fn movie_ids(items: &[Value]) -> BTreeSet<i64> {
     items
@@ -182,7 +174,7 @@ async fn a_replica_killed_between_rounds_is_skipped_and_another_finishes_the_cal
 
     let round_one = erin.call("addToWatchlist", godfather.clone()).await;
     let state = asks_for_status(&round_one);
-    let asked_by = served_by(&round_one);
+    let asked_by = launcher.served_by(&round_one);
     launcher.kill_replica(asked_by).await;
 
     let done = erin
@@ -193,13 +185,21 @@ async fn a_replica_killed_between_rounds_is_skipped_and_another_finishes_the_cal
             &state,
         )
         .await;
-    assert_ne!(served_by(&done), asked_by, "a dead replica served nothing");
+    assert_ne!(
+        launcher.served_by(&done),
+        asked_by,
+        "a dead replica served nothing"
+    );
     let item = saved_item(&done).clone();
     assert_eq!(item["status"], "WATCHED", "{item}");
 
     for _ in 0..4 {
         let reply = erin.call("getWatchlist", json!({})).await;
-        assert_ne!(served_by(&reply), asked_by, "a dead replica served nothing");
+        assert_ne!(
+            launcher.served_by(&reply),
+            asked_by,
+            "a dead replica served nothing"
+        );
         let items = &reply.result()["structuredContent"]["items"];
         assert_eq!(
             items[0]["id"], item["id"],
@@ -218,7 +218,7 @@ async fn the_balancer_sends_each_request_to_the_next_replica_and_stops_them_with
     for _ in 0..6 {
         let reply = frank.call("getWatchlist", json!({})).await;
         assert_eq!(reply.result_type(), "complete", "{}", reply.body_text());
-        served.push(served_by(&reply));
+        served.push(launcher.served_by(&reply));
     }
     let first_turn: BTreeSet<usize> = served[..3].iter().copied().collect();
     assert_eq!(

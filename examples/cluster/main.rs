@@ -1,5 +1,6 @@
-//! Runs several replicas of an MCP server behind a round-robin HTTP balancer, sharing Redis (and
-//! PostgreSQL when given), the way a deployment would: for the tests, and for trying it by hand.
+//! Runs several replicas of an MCP server behind nginx (with the repository's `deploy/nginx.conf`),
+//! sharing Redis (and PostgreSQL when given), the way a deployment would: for the tests, and for
+//! trying it by hand.
 //!
 //! ```sh
 //! cargo build --examples
@@ -9,13 +10,13 @@
 //!
 //! Every replica gets the same `MOVIEDB_STATE_KEYS` and `MOVIEDB_JWT_SECRET` (taken from the
 //! environment, or generated for this run), so any of them opens any `requestState` and accepts any
-//! token. The balancer runs in this process: it sends each request to the next replica, streams the
-//! response back as it comes, and says which replica served it in `X-Moviedb-Replica`. Ctrl-C or
-//! SIGTERM stops the balancer and the replicas.
+//! token. nginx sends each request to the next replica (round robin, no stickiness) and says which
+//! replica served it in `X-Moviedb-Upstream`. Ctrl-C or SIGTERM stops nginx and the replicas.
 
-mod balancer;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/nginx.rs"]
+mod nginx;
 mod replicas;
 
 use std::path::PathBuf;
@@ -27,14 +28,14 @@ use moviedb_mcp::app;
 use moviedb_mcp::mrtr::StateSealer;
 use replicas::{Launch, Replica, Supervisor};
 
-/// Starts N replicas of an MCP server sharing Redis, and a round-robin balancer in front of them.
+/// Starts N replicas of an MCP server sharing Redis, and nginx in front of them.
 #[derive(Debug, Parser)]
 struct Cli {
     /// How many replicas to run.
     #[arg(long, default_value_t = 3)]
     replicas: usize,
 
-    /// Port of the balancer on 127.0.0.1 (0 picks a free one); it serves http://localhost:PORT/mcp.
+    /// Port of nginx on 127.0.0.1 (0 picks a free one); it serves http://localhost:PORT/mcp.
     #[arg(long, default_value_t = 3000)]
     port: u16,
 
@@ -70,10 +71,10 @@ async fn main() -> anyhow::Result<()> {
         env: shared_environment(&cli.redis_url, cli.database_url.as_deref()),
         args: cli.replica_args,
     };
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", cli.port))
-        .await
-        .with_context(|| format!("the balancer cannot listen on 127.0.0.1:{}", cli.port))?;
-    let port = listener.local_addr()?.port();
+    let port = match cli.port {
+        0 => common::free_port()?,
+        port => port,
+    };
 
     let shutdown = moviedb_mcp::app::shutdown_signal();
     tokio::pin!(shutdown);
@@ -84,14 +85,21 @@ async fn main() -> anyhow::Result<()> {
     for replica in &replicas {
         println!("{}", replica_line(replica));
     }
-    println!("balancer: http://localhost:{port}{}", app::MCP_PATH);
-
-    let upstreams = replicas.iter().map(balancer::Upstream::of).collect();
+    let addresses: Vec<_> = replicas.iter().map(|replica| replica.addr).collect();
     let supervisor = Supervisor::watch(replicas);
-    let served = balancer::serve(listener, upstreams, shutdown).await;
-    tracing::info!("stopping the replicas");
+    let mut balancer = match nginx::Nginx::start(port, &addresses, true).await {
+        Ok(balancer) => balancer,
+        Err(e) => {
+            supervisor.stop().await;
+            return Err(e.context(format!("nginx cannot serve on 127.0.0.1:{port}")));
+        }
+    };
+    println!("balancer: {}", balancer.url());
+    shutdown.await;
+    tracing::info!("stopping nginx and the replicas");
+    balancer.stop().await;
     supervisor.stop().await;
-    served.context("the balancer failed")
+    Ok(())
 }
 
 fn replica_line(replica: &Replica) -> String {

@@ -87,6 +87,14 @@ impl Catalogue {
         ))
     }
 
+    /// Checks that the database answers.
+    pub async fn ping(&self) -> sqlx::Result<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+    }
+
     pub fn pool(&self) -> &AnyPool {
         &self.pool
     }

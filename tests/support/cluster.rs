@@ -92,24 +92,41 @@ pub struct Replica {
     log: PathBuf,
 }
 
+/// Starts replica `number` of `moviedb-mcp` on `addr`, its output appended to `log`.
+fn spawn_replica(
+    number: usize,
+    addr: SocketAddr,
+    settings: &SharedSettings,
+    database_url: &str,
+    dir: &Path,
+    log: &Path,
+) -> Child {
+    let output = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("open the replica log");
+    command(Path::new(env!("CARGO_BIN_EXE_moviedb-mcp")), settings)
+        .env("DATABASE_URL", database_url)
+        .env("REDIS_URL", &settings.redis_url)
+        .env("MOVIEDB_REDIS_PREFIX", &settings.redis_prefix)
+        .arg("--data-dir")
+        .arg(dir.join(format!("data-{number}")))
+        .arg("--bind")
+        .arg(addr.to_string())
+        .stdout(output.try_clone().expect("clone the log handle"))
+        .stderr(output)
+        .spawn()
+        .expect("start moviedb-mcp")
+}
+
 impl Replica {
     fn start(number: usize, settings: &SharedSettings, database_url: &str, dir: &Path) -> Self {
         let log = dir.join(format!("replica-{number}.log"));
         for _ in 0..5 {
             let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
-            let output = std::fs::File::create(&log).expect("create the replica log");
-            let child = command(Path::new(env!("CARGO_BIN_EXE_moviedb-mcp")), settings)
-                .env("DATABASE_URL", database_url)
-                .env("REDIS_URL", &settings.redis_url)
-                .env("MOVIEDB_REDIS_PREFIX", &settings.redis_prefix)
-                .arg("--data-dir")
-                .arg(dir.join(format!("data-{number}")))
-                .arg("--bind")
-                .arg(addr.to_string())
-                .stdout(output.try_clone().expect("clone the log handle"))
-                .stderr(output)
-                .spawn()
-                .expect("start moviedb-mcp");
+            let _ = std::fs::remove_file(&log);
+            let child = spawn_replica(number, addr, settings, database_url, dir, &log);
             let mut replica = Self {
                 number,
                 addr,
@@ -151,6 +168,24 @@ impl Replica {
 
     pub fn url(&self) -> String {
         format!("http://{}{}", self.addr, moviedb_mcp::app::MCP_PATH)
+    }
+
+    /// Sends SIGTERM, as an orchestrator stopping it would, and waits for the process to exit.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the replica") {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// What the replica has logged (over all its runs).
+    pub fn log(&self) -> String {
+        read_log(&self.log)
     }
 
     /// Kills the process (SIGKILL, as a crash would) and waits until its port is closed.
@@ -220,6 +255,36 @@ impl Replicas {
         &mut self.replicas[number - 1]
     }
 
+    /// Starts replica `number` (1-based, stopped before) again on its address.
+    pub async fn restart(&mut self, number: usize) {
+        let (settings, url, dir) = (
+            self.settings.clone(),
+            self.database.url.clone(),
+            self.dir.clone(),
+        );
+        let replica = &mut self.replicas[number - 1];
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        loop {
+            replica.child =
+                spawn_replica(number, replica.addr, &settings, &url, &dir, &replica.log);
+            if replica.wait_until_serving() {
+                return;
+            }
+            // The port is still held by connections of the process that stopped: try again.
+            assert!(
+                Instant::now() < deadline,
+                "replica {number} did not start again; its log:\n{}",
+                replica.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The replicas' addresses, in order.
+    pub fn addresses(&self) -> Vec<SocketAddr> {
+        self.replicas.iter().map(|replica| replica.addr).collect()
+    }
+
     /// `user`, signed in, talking to replica `number` (1-based).
     pub fn session(&self, number: usize, user: &str) -> Session {
         Session::signed_in(self.replicas[number - 1].url(), self.settings.token(user))
@@ -280,6 +345,25 @@ pub struct Launcher {
 }
 
 impl Launcher {
+    /// The number of the replica that served a response through nginx, which names its address
+    /// in `X-Moviedb-Upstream`.
+    pub fn served_by(&self, reply: &Reply) -> usize {
+        let upstream = reply
+            .header("x-moviedb-upstream")
+            .unwrap_or_else(|| panic!("no X-Moviedb-Upstream header: {:?}", reply.headers));
+        // After a retry nginx lists every address it tried ("a, b"); the last one answered.
+        let port = upstream
+            .rsplit(", ")
+            .next()
+            .and_then(|addr| addr.rsplit(':').next())
+            .and_then(|port| port.parse::<u16>().ok());
+        self.replicas
+            .iter()
+            .find(|replica| Some(replica.port) == port)
+            .map(|replica| replica.number)
+            .unwrap_or_else(|| panic!("{upstream} is none of the replicas {:?}", self.replicas))
+    }
+
     /// The launcher's process id (also its process group's).
     pub fn pid(&self) -> u32 {
         self.child.id()

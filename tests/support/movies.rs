@@ -243,6 +243,25 @@ impl MovieServer {
         self.child.id()
     }
 
+    /// Sends SIGTERM, as an orchestrator stopping the server would.
+    pub fn terminate(&self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// The server's exit status once it has exited, or `None` if it still runs after `limit`.
+    pub async fn exit_status(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = tokio::time::Instant::now() + limit;
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
     /// What the server has logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.data_dir.join("server.log")).unwrap_or_default()

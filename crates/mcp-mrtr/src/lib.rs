@@ -59,7 +59,7 @@
 //!     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //!     let url = format!("http://{}{}", listener.local_addr()?, service::MCP_PATH);
 //!     let limits = settings.connection_limits();
-//!     tokio::spawn(mcp_mrtr::transport::serve(listener, router, limits, std::future::pending()));
+//!     tokio::spawn(mcp_mrtr::transport::serve(listener, router, limits, settings.drain.clone()));
 //!
 //!     // A client's rounds: the call, then the retry with the answer and the echoed
 //!     // requestState. `converse` answers each question with the closure and keeps every round.

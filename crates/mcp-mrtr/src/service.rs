@@ -15,7 +15,7 @@ use crate::server::{Events, Server, ServerInfo};
 use crate::store::{
     ContinuationStore, MemoryStore, RedisEventRelay, RedisStore, RedisStoreConfig, SessionStore,
 };
-use crate::transport::{self, ConnectionLimits, OriginPolicy, TransportOptions};
+use crate::transport::{self, ConnectionLimits, Drain, OriginPolicy, Readiness, TransportOptions};
 
 /// The MCP endpoint path.
 pub const MCP_PATH: &str = "/mcp";
@@ -54,6 +54,10 @@ pub struct Settings {
     pub max_connections: Option<usize>,
     /// On shutdown, how long requests being served may take to finish.
     pub shutdown_grace: Duration,
+    /// Begun when the server starts to shut down ([`serve`] begins it when its signal comes).
+    pub drain: Drain,
+    /// What `/readyz` checks besides the Redis store (which is checked whenever configured).
+    pub readiness: Readiness,
     /// Period of keep-alive comments on long-lived streams.
     pub keepalive: Duration,
     /// Most requests read and handled at once (more wait a second, then get 503).
@@ -83,6 +87,8 @@ impl Default for Settings {
             idle_timeout: Duration::from_secs(60),
             max_connections: None,
             shutdown_grace: Duration::from_secs(20),
+            drain: Drain::default(),
+            readiness: Readiness::default(),
             keepalive: Duration::from_secs(15),
             max_concurrent_requests: 512,
             legacy_request_timeout: Duration::from_secs(20),
@@ -97,6 +103,8 @@ struct Stores {
     continuations: Arc<dyn ContinuationStore>,
     #[cfg_attr(not(feature = "legacy"), allow(dead_code))]
     sessions: Arc<dyn SessionStore>,
+    /// The settings' readiness checks, and Redis's when it is configured.
+    readiness: Readiness,
 }
 
 async fn stores(settings: &Settings) -> anyhow::Result<Stores> {
@@ -112,6 +120,7 @@ async fn stores(settings: &Settings) -> anyhow::Result<Stores> {
         return Ok(Stores {
             continuations: store.clone(),
             sessions: store,
+            readiness: settings.readiness.clone(),
         });
     };
     let store = Arc::new(
@@ -120,9 +129,15 @@ async fn stores(settings: &Settings) -> anyhow::Result<Stores> {
             .context("connecting to the Redis continuation store")?,
     );
     tracing::info!(prefix = %config.prefix, "continuations kept in Redis");
+    let pinged = store.clone();
+    let readiness = settings.readiness.clone().with("redis", move || {
+        let store = pinged.clone();
+        async move { store.ping().await.map_err(|e| e.0) }
+    });
     Ok(Stores {
         continuations: store.clone(),
         sessions: store,
+        readiness,
     })
 }
 
@@ -168,6 +183,7 @@ pub async fn router(
         events.relay_through(relay);
     }
     let stores = stores(settings).await?;
+    let readiness = stores.readiness;
     let server = Server::new(
         registry,
         engine(settings, stores.continuations)?,
@@ -181,6 +197,7 @@ pub async fn router(
         body_read_timeout: settings.body_read_timeout,
         max_buffered_body_bytes: settings.max_buffered_body_bytes,
         keepalive: settings.keepalive,
+        drain: settings.drain.clone(),
         max_concurrent_requests: settings.max_concurrent_requests,
         #[cfg(feature = "legacy")]
         legacy: crate::transport::LegacyOptions {
@@ -198,7 +215,7 @@ pub async fn router(
             },
         },
     };
-    Ok(transport::router(server, options, MCP_PATH))
+    Ok(transport::router(server, options, MCP_PATH, readiness))
 }
 
 impl Settings {
@@ -213,7 +230,9 @@ impl Settings {
     }
 }
 
-/// Serves `router` on `bind` within `settings`' connection bounds until `shutdown` resolves.
+/// Serves `router` on `bind` within `settings`' connection bounds until `shutdown` resolves;
+/// then drains (see [`Drain`]) and returns once the requests being served are answered, or the
+/// grace period is over.
 pub async fn serve(
     bind: SocketAddr,
     settings: &Settings,
@@ -229,7 +248,13 @@ pub async fn serve(
         "MCP endpoint on http://{}{MCP_PATH}",
         listener.local_addr()?
     );
-    transport::serve(listener, router, limits, shutdown).await;
+    let drain = settings.drain.clone();
+    let signal = drain.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        signal.begin();
+    });
+    transport::serve(listener, router, limits, drain).await;
     tracing::info!("stopped");
     Ok(())
 }

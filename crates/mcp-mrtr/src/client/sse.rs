@@ -92,6 +92,25 @@ impl EventStream {
         }
     }
 
+    /// Whether the server ends the stream within `within`; messages still arriving are read and
+    /// dropped (validated as any other).
+    pub async fn ends_within(&mut self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            self.pending.clear();
+            match tokio::time::timeout_at(deadline, self.body.next()).await {
+                Err(_) => return false,
+                Ok(None) => return true,
+                Ok(Some(Err(e))) => panic!("reading the {} stream failed: {e}", self.method),
+                Ok(Some(Ok(chunk))) => {
+                    for message in self.parser.push(&chunk) {
+                        self.client.observe_message(&self.method, &message);
+                    }
+                }
+            }
+        }
+    }
+
     /// The next message; panics when none arrives within `within`.
     pub async fn expect_message(&mut self, within: Duration) -> Value {
         match self.next_message(within).await {

@@ -101,6 +101,11 @@ impl RedisStore {
         }
     }
 
+    /// Checks that Redis answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.run::<()>(&redis::cmd("PING")).await
+    }
+
     fn no_answer(&self) -> StoreError {
         StoreError(format!(
             "Redis did not answer within {} ms",

@@ -398,7 +398,7 @@ pub(super) async fn get(
     Ok(sse::stream(
         ReceiverStream::new(frames_rx),
         sse::AbortOnDrop(task.abort_handle()),
-        Some(endpoint.options.keepalive),
+        Some(endpoint.long_lived()),
     ))
 }
 

@@ -5,8 +5,13 @@
 //! connection idle the longest is closed to make room, and a failing `accept` (out of file
 //! descriptors) backs off instead of spinning. A connection is closed when it takes too long to
 //! send a request's headers, or when it has sat idle (no request being handled, no byte read or
-//! written) for the idle timeout. A stream's keep-alive comments are writes, so streams stay
-//! open. Each request carries its peer's address as [`ConnectInfo`].
+//! written) for the idle timeout; a request counts until its response body is sent, so streams
+//! stay open. Each request carries its peer's address as [`ConnectInfo`].
+//!
+//! When the server drains, it stops accepting at once (a balancer's new connections are refused,
+//! which it may safely retry elsewhere). Responses then say `Connection: close`, and a connection
+//! is closed once it has sat idle for [`DRAIN_IDLE`] (a balancer's pooled connections, which it
+//! closes itself sooner) or when the grace period ends.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -17,7 +22,10 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::ConnectInfo;
+use axum::http::{HeaderValue, header};
+use http_body_util::BodyExt as _;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -25,8 +33,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt as _;
 
+use super::Drain;
+
 /// File descriptors kept free of connections, for the stores, the database, logs and the listener.
 pub const RESERVED_DESCRIPTORS: u64 = 128;
+/// While draining, how long a connection with nothing to do stays open: longer than a balancer
+/// keeps an unused pooled connection (nginx's `keepalive_timeout` in `deploy/nginx.conf` is 4 s),
+/// so the balancer closes it first and never sends a request into a closing connection.
+pub const DRAIN_IDLE: Duration = Duration::from_secs(5);
 /// How long accept waits after failing (for instance out of file descriptors) before trying again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -141,22 +155,11 @@ impl Registry {
             None => false,
         }
     }
-
-    fn close_all(&self) {
-        for connection in self.lock().values() {
-            connection.close.notify_one();
-        }
-    }
 }
 
-/// Serves `router` on `listener` within `limits` until `shutdown` resolves, then lets the
-/// requests being served finish for up to the grace period.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    limits: ConnectionLimits,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) {
+/// Serves `router` on `listener` within `limits` until `drain` begins, then lets the requests
+/// being served finish for up to the grace period.
+pub async fn serve(listener: TcpListener, router: Router, limits: ConnectionLimits, drain: Drain) {
     let registry = Arc::new(Registry {
         clock: Instant::now(),
         open: Mutex::new(HashMap::new()),
@@ -164,6 +167,7 @@ pub async fn serve(
         permits: Arc::new(Semaphore::new(limits.max_connections)),
     });
     let limits = Arc::new(limits);
+    let shutdown = drain.begun();
     tokio::pin!(shutdown);
     let mut last_accept_error: Option<Instant> = None;
     loop {
@@ -187,14 +191,14 @@ pub async fn serve(
         match accepted {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(connection(
-                    stream,
+                let served = Served {
                     peer,
-                    permit,
-                    registry.clone(),
-                    router.clone(),
-                    limits.clone(),
-                ));
+                    registry: registry.clone(),
+                    router: router.clone(),
+                    limits: limits.clone(),
+                    drain: drain.clone(),
+                };
+                tokio::spawn(served.connection(stream, permit));
             }
             Err(error) => {
                 // Logged at most once a second: a full descriptor table fails every accept.
@@ -208,7 +212,10 @@ pub async fn serve(
         }
     }
     drop(listener);
-    registry.close_all();
+    tracing::info!(
+        open = registry.lock().len(),
+        "draining: no longer accepting; finishing the requests being served"
+    );
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let drained = tokio::time::timeout(limits.shutdown_grace, registry.permits.acquire_many(all));
     if drained.await.is_err() {
@@ -219,71 +226,104 @@ pub async fn serve(
     }
 }
 
-/// Serves one connection until it ends, is idle too long, or is asked to close.
-async fn connection(
-    stream: TcpStream,
+/// What a connection is served with.
+struct Served {
     peer: SocketAddr,
-    _permit: OwnedSemaphorePermit,
     registry: Arc<Registry>,
     router: Router,
     limits: Arc<ConnectionLimits>,
-) {
-    let (id, tracked) = registry.add();
-    let io = TokioIo::new(Watched {
-        inner: stream,
-        tracked: tracked.clone(),
-        registry: registry.clone(),
-    });
-    let service = {
-        let tracked = tracked.clone();
-        hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            let busy = Busy::start(tracked.clone());
-            let router = router.clone();
-            async move {
-                let response = router.oneshot(request).await;
-                drop(busy);
-                response
-            }
-        })
-    };
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
-    let served = builder.serve_connection_with_upgrades(io, service);
-    tokio::pin!(served);
-    let check_every =
-        (limits.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-    let mut ticks = tokio::time::interval(check_every);
-    let idle_ms = u64::try_from(limits.idle_timeout.as_millis()).unwrap_or(u64::MAX);
-    let mut closing_since: Option<Instant> = None;
-    loop {
-        tokio::select! {
-            _ = served.as_mut() => break,
-            () = tracked.close.notified(), if closing_since.is_none() => {
-                served.as_mut().graceful_shutdown();
-                closing_since = Some(Instant::now());
-            }
-            _ = ticks.tick() => {
-                if let Some(since) = closing_since {
-                    // A client that keeps a closing connection open is cut off.
-                    if since.elapsed() >= limits.shutdown_grace {
-                        break;
-                    }
-                    continue;
+    drain: Drain,
+}
+
+impl Served {
+    /// Serves one connection until it ends, is idle too long, or is asked to close.
+    async fn connection(self, stream: TcpStream, _permit: OwnedSemaphorePermit) {
+        let Self {
+            peer,
+            registry,
+            router,
+            limits,
+            drain,
+        } = self;
+        let (id, tracked) = registry.add();
+        let io = TokioIo::new(Watched {
+            inner: stream,
+            tracked: tracked.clone(),
+            registry: registry.clone(),
+        });
+        let service = {
+            let (tracked, drain) = (tracked.clone(), drain.clone());
+            hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                let busy = Busy::start(tracked.clone());
+                let (router, drain) = (router.clone(), drain.clone());
+                async move {
+                    let response = router.oneshot(request).await;
+                    response.map(|response| {
+                        let mut response = response.map(|body| {
+                            // Busy until the body is sent (or dropped): streams are not idle.
+                            Body::new(body.map_frame(move |frame| {
+                                let _busy = &busy;
+                                frame
+                            }))
+                        });
+                        if drain.has_begun() {
+                            response
+                                .headers_mut()
+                                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                        }
+                        response
+                    })
                 }
-                let idle = tracked.busy.load(Ordering::Acquire) == 0
-                    && registry.now().saturating_sub(tracked.last_active.load(Ordering::Relaxed)) >= idle_ms;
-                if idle {
+            })
+        };
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout);
+        let served = builder.serve_connection_with_upgrades(io, service);
+        tokio::pin!(served);
+        let check_every =
+            (limits.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let mut ticks = tokio::time::interval(check_every);
+        let mut closing_since: Option<Instant> = None;
+        let mut draining_since: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                _ = served.as_mut() => break,
+                () = tracked.close.notified(), if closing_since.is_none() => {
                     served.as_mut().graceful_shutdown();
                     closing_since = Some(Instant::now());
                 }
+                () = drain.begun(), if draining_since.is_none() => {
+                    draining_since = Some(Instant::now());
+                }
+                _ = ticks.tick() => {
+                    if let Some(since) = closing_since.or(draining_since)
+                        && since.elapsed() >= limits.shutdown_grace
+                    {
+                        // A client that keeps a closing connection open is cut off.
+                        break;
+                    }
+                    if closing_since.is_some() {
+                        continue;
+                    }
+                    let idle_for = if tracked.busy.load(Ordering::Acquire) == 0 {
+                        registry.now().saturating_sub(tracked.last_active.load(Ordering::Relaxed))
+                    } else {
+                        0
+                    };
+                    let limit = if draining_since.is_some() { DRAIN_IDLE } else { limits.idle_timeout };
+                    if u128::from(idle_for) >= limit.as_millis() {
+                        served.as_mut().graceful_shutdown();
+                        closing_since = Some(Instant::now());
+                    }
+                }
             }
         }
+        registry.remove(id);
     }
-    registry.remove(id);
 }
 
 /// Counts one request as being handled while it lives.

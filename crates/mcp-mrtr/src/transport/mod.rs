@@ -3,8 +3,10 @@
 //! to the protocol [`Server`], answering with JSON or with an SSE stream. It knows JSON-RPC and
 //! HTTP, never what the tools are about.
 
+mod drain;
 mod front;
 mod headers;
+mod health;
 #[cfg(feature = "legacy")]
 mod legacy;
 mod listen;
@@ -20,6 +22,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::post;
 
+pub use drain::Drain;
+pub use health::{CHECK_DEADLINE, CheckOutcome, Readiness};
 #[cfg(feature = "legacy")]
 pub use legacy::LegacyOptions;
 pub use listen::{ConnectionLimits, RESERVED_DESCRIPTORS, max_connections};
@@ -44,6 +48,8 @@ pub struct TransportOptions {
     pub max_buffered_body_bytes: usize,
     /// Period of SSE comment lines on long-lived streams.
     pub keepalive: Duration,
+    /// Ends long-lived streams when the server begins to shut down.
+    pub drain: Drain,
     /// Most requests read and handled at once; more wait up to [`BUSY_WAIT`], then get HTTP 503
     /// with `Retry-After`. A streamed answer stops counting once its stream has started.
     pub max_concurrent_requests: usize,
@@ -67,8 +73,14 @@ pub(crate) struct Endpoint {
     legacy: legacy::LegacyWire,
 }
 
-/// The router serving MCP at `path`.
-pub fn router(server: Arc<Server>, options: TransportOptions, path: &str) -> Router {
+/// The router serving MCP at `path`, with `/healthz` and `/readyz` running `readiness`.
+pub fn router(
+    server: Arc<Server>,
+    options: TransportOptions,
+    path: &str,
+    readiness: Readiness,
+) -> Router {
+    let health = health::routes(readiness, options.drain.clone());
     #[cfg(feature = "legacy")]
     let (endpoint, route) = {
         let mut options = options;
@@ -99,6 +111,17 @@ pub fn router(server: Arc<Server>, options: TransportOptions, path: &str) -> Rou
     Router::new()
         .route(path, route)
         .with_state(Arc::new(endpoint))
+        .merge(health)
+}
+
+impl Endpoint {
+    /// How long-lived streams (`subscriptions/listen`, a legacy session's GET) are kept.
+    fn long_lived(&self) -> sse::LongLived {
+        sse::LongLived {
+            keepalive: self.options.keepalive,
+            drain: self.options.drain.clone(),
+        }
+    }
 }
 
 fn turns(options: &TransportOptions) -> Arc<tokio::sync::Semaphore> {
@@ -130,14 +153,15 @@ pub(crate) fn owner_of(principal: &Principal, peer: Option<IpAddr>) -> Owner {
     }
 }
 
-/// Serves `router` on `listener` within `limits` until `shutdown` resolves (see [`listen`]):
-/// connections capped, slow and idle ones closed, Nagle's algorithm off (small request/response
-/// pairs would otherwise wait for delayed ACKs).
+/// Serves `router` on `listener` within `limits` until `drain` begins: connections capped, slow
+/// and idle ones closed, Nagle's algorithm off (small request/response pairs would otherwise wait
+/// for delayed ACKs). Then stops accepting and lets the requests being served finish, within the
+/// grace period.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     limits: ConnectionLimits,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    drain: Drain,
 ) {
-    listen::serve(listener, router, limits, shutdown).await;
+    listen::serve(listener, router, limits, drain).await;
 }

@@ -175,6 +175,6 @@ fn listen(endpoint: &Arc<Endpoint>, subscription: Subscription) -> Response<Body
     sse::stream(
         ReceiverStream::new(frames_rx),
         sse::AbortOnDrop(task.abort_handle()),
-        Some(endpoint.options.keepalive),
+        Some(endpoint.long_lived()),
     )
 }

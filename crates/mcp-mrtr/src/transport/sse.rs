@@ -10,6 +10,8 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::task::AbortHandle;
 
+use super::Drain;
+
 /// A complete JSON response.
 pub fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
     let mut response = Response::new(Body::from(body));
@@ -40,19 +42,31 @@ pub fn frame(message: &[u8]) -> Bytes {
     Bytes::from(event)
 }
 
+/// How a long-lived stream is kept: comment lines during quiet periods, and an end when the
+/// server drains (its client reconnects, to another replica).
+pub struct LongLived {
+    /// Period of the comment lines.
+    pub keepalive: Duration,
+    /// Ends the stream when it begins.
+    pub drain: Drain,
+}
+
 /// An SSE response of `frames` (already framed), tied to the task behind `guard`: when the client
-/// goes away the body is dropped and the task aborted. `keepalive` adds comment lines during quiet
-/// periods.
-pub fn stream<S>(frames: S, guard: AbortOnDrop, keepalive: Option<Duration>) -> Response<Body>
+/// goes away the body is dropped and the task aborted. A `long_lived` stream gets keep-alive
+/// comments and ends when the server drains.
+pub fn stream<S>(frames: S, guard: AbortOnDrop, long_lived: Option<LongLived>) -> Response<Body>
 where
     S: Stream<Item = Bytes> + Send + 'static,
 {
-    let body = match keepalive {
+    let body = match long_lived {
         None => Body::from_stream(frames.map(move |frame| {
             let _owned = &guard;
             Ok::<_, Infallible>(frame)
         })),
-        Some(period) => {
+        Some(LongLived {
+            keepalive: period,
+            drain,
+        }) => {
             let ticks = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval_at(
                 tokio::time::Instant::now() + period,
                 period,
@@ -66,7 +80,8 @@ where
                 ticks.map(Some),
             )
             .take_while(|item| std::future::ready(item.is_some()))
-            .filter_map(std::future::ready);
+            .filter_map(std::future::ready)
+            .take_until(async move { drain.begun().await });
             Body::from_stream(merged.map(move |frame| {
                 let _owned = &guard;
                 Ok::<_, Infallible>(frame)

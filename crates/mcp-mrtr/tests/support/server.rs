@@ -150,12 +150,17 @@ impl TestServer {
         let addr = listener.local_addr().expect("local address");
         let (shutdown, stop) = oneshot::channel::<()>();
         let limits = settings.connection_limits();
+        let drain = settings.drain.clone();
         tokio::spawn(async move {
-            let stopped = async move {
-                let _ = stop.await;
-            };
-            mcp_mrtr::transport::serve(listener, router, limits, stopped).await;
+            let _ = stop.await;
+            drain.begin();
         });
+        tokio::spawn(mcp_mrtr::transport::serve(
+            listener,
+            router,
+            limits,
+            settings.drain.clone(),
+        ));
         Self {
             addr,
             probes,

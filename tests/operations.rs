@@ -1,0 +1,370 @@
+//! What an operator relies on: health endpoints, a graceful stop on SIGTERM, and rolling restarts
+//! of replicas behind nginx (with the repository's `deploy/nginx.conf`) under a load of MRTR
+//! conversations, with the real binary, PostgreSQL and Redis.
+
+mod support;
+
+#[allow(dead_code)]
+#[path = "../examples/common/mod.rs"]
+mod common;
+#[path = "../examples/common/nginx.rs"]
+mod nginx;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::cluster::{Replicas, Session};
+use support::movies::{Backend, Launch, MovieServer};
+use support::net::{free_port, shared_redis_url};
+use support::openai::{Answer, FakeProvider};
+use support::redis::PrivateRedis;
+
+const PATIENCE: Duration = Duration::from_secs(15);
+
+async fn get_json(http: &reqwest::Client, url: &str) -> (u16, Value) {
+    let response = http.get(url).send().await.expect("the server answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("a JSON body"))
+}
+
+/// `/readyz` until its status is `want`, or the last answer after [`PATIENCE`].
+async fn readiness_until(http: &reqwest::Client, url: &str, want: u16) -> (u16, Value) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let answer = get_json(http, url).await;
+        if answer.0 == want || Instant::now() > deadline {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn readiness_follows_redis_and_the_database_while_liveness_stays() {
+    let mut redis = PrivateRedis::start();
+    let launch = Launch {
+        args: vec!["--redis-url".into(), redis.url()],
+        open_files: None,
+    };
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let base = server.url().trim_end_matches("/mcp").to_owned();
+    let (healthz, readyz) = (format!("{base}/healthz"), format!("{base}/readyz"));
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+
+    assert_eq!(
+        get_json(&http, &healthz).await,
+        (200, json!({"status": "serving"}))
+    );
+    let ready = get_json(&http, &readyz).await;
+    assert_eq!(
+        ready,
+        (
+            200,
+            json!({"status": "ready", "checks": {"database": "ok", "redis": "ok"}})
+        )
+    );
+
+    redis.kill().await;
+    let (status, body) = readiness_until(&http, &readyz, 503).await;
+    assert_eq!(status, 503, "not ready without Redis: {body}");
+    assert_eq!(body["status"], "not ready", "{body}");
+    assert_eq!(body["checks"]["database"], "ok", "{body}");
+    assert_ne!(
+        body["checks"]["redis"], "ok",
+        "the failing check is named: {body}"
+    );
+    assert_eq!(
+        get_json(&http, &healthz).await.0,
+        200,
+        "the process still serves"
+    );
+
+    redis.restart();
+    let (status, body) = readiness_until(&http, &readyz, 200).await;
+    assert_eq!(status, 200, "ready again once Redis is back: {body}");
+}
+
+#[tokio::test]
+async fn sigterm_finishes_a_streamed_call_ends_listen_streams_and_exits_cleanly() {
+    let provider = FakeProvider::start(Answer::Held(
+        "SUMMARY: Loved by all.\nTHEMES: acting; music".into(),
+    ))
+    .await;
+    let launch = Launch {
+        args: [
+            "--llm-base-url",
+            &provider.base_url(),
+            "--llm-model",
+            "review-writer-test",
+            "--llm-api-key",
+            "sk-test-0123456789",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        open_files: None,
+    };
+    let mut server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let client = support::checked_client(server.url().to_owned());
+    let mut listen = client
+        .request("subscriptions/listen")
+        .params(json!({"notifications": {"toolsListChanged": true}}))
+        .open_stream()
+        .await;
+    listen.expect_message(PATIENCE).await;
+    let mut summary = client
+        .request("tools/call")
+        .params(json!({"name": "summarizeMovieReviews", "arguments": {"movieId": "6"}}))
+        .progress_token(json!("drain"))
+        .open_stream()
+        .await;
+    // Progress 0.4: the provider has been asked, and waits to be released.
+    loop {
+        let message = summary.expect_message(PATIENCE).await;
+        if message["params"]["progress"].as_f64() == Some(0.4) {
+            break;
+        }
+    }
+    let base = server.url().trim_end_matches("/mcp").to_owned();
+    let readyz = format!("{base}/readyz");
+    // One pooled connection, as a balancer keeps.
+    let pooled = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    assert_eq!(get_json(&pooled, &readyz).await.0, 200);
+
+    server.terminate();
+    let draining = readiness_until(&pooled, &readyz, 503).await;
+    assert_eq!(
+        draining,
+        (503, json!({"status": "draining"})),
+        "a pooled connection hears the replica is draining"
+    );
+    let address = base.trim_start_matches("http://").to_owned();
+    assert!(
+        tokio::net::TcpStream::connect(&address).await.is_err(),
+        "no new connection is accepted once draining"
+    );
+    assert!(
+        listen.ends_within(PATIENCE).await,
+        "the listen stream ends cleanly, so its client reconnects elsewhere"
+    );
+
+    provider.release();
+    let result = loop {
+        let message = summary.expect_message(PATIENCE).await;
+        if let Some(result) = message.get("result") {
+            break result.clone();
+        }
+    };
+    assert_eq!(
+        result["structuredContent"]["summary"], "Loved by all.",
+        "the call in flight finishes with the provider's summary: {result}"
+    );
+    let status = server.exit_status(Duration::from_secs(25)).await;
+    assert!(
+        status.is_some_and(|status| status.success()),
+        "the server exits 0 once its call is answered: {status:?}"
+    );
+}
+
+/// What the load generator saw.
+#[derive(Debug, Default)]
+struct LoadReport {
+    conversations: usize,
+    requests: usize,
+    failures: Vec<String>,
+    latencies: Vec<Duration>,
+    /// Conversations completed, per user.
+    completed: BTreeMap<String, i64>,
+}
+
+impl LoadReport {
+    fn p99(&mut self) -> Duration {
+        self.latencies.sort();
+        let index = (self.latencies.len() * 99 / 100).min(self.latencies.len().saturating_sub(1));
+        self.latencies.get(index).copied().unwrap_or_default()
+    }
+}
+
+/// The response in a reply, if the server gave one (a balancer may answer 502 with HTML).
+fn response_in(reply: &support::Reply) -> Option<&Value> {
+    reply
+        .messages
+        .iter()
+        .find(|message| message.get("result").is_some() || message.get("error").is_some())
+}
+
+/// One worker: `user` adds movie after movie through `session`, each in two rounds, until
+/// `stop`.
+async fn converse_until(session: Session, user: String, stop: Arc<AtomicBool>) -> LoadReport {
+    let mut report = LoadReport::default();
+    let mut movie = 0;
+    while !stop.load(Ordering::Relaxed) && movie < 350 {
+        movie += 1;
+        let arguments = json!({"subject": {"movieId": movie.to_string()}});
+        report.conversations += 1;
+        let started = Instant::now();
+        let first = session.call("addToWatchlist", arguments.clone()).await;
+        report.requests += 1;
+        report.latencies.push(started.elapsed());
+        let state = match response_in(&first).and_then(|response| response.get("result")) {
+            Some(result) if result["resultType"] == "input_required" => first.request_state(),
+            _ => {
+                let failure = format!("{user}: round 1 of movie {movie}: HTTP {}", first.status);
+                report.failures.push(failure);
+                continue;
+            }
+        };
+        let answer = json!({"status": {"action": "accept", "content": {"status": "WATCHED"}}});
+        let started = Instant::now();
+        let done = session
+            .retry("addToWatchlist", arguments, answer, &state)
+            .await;
+        report.requests += 1;
+        report.latencies.push(started.elapsed());
+        let saved = response_in(&done)
+            .and_then(|response| response.get("result"))
+            .filter(|result| result["isError"] != json!(true))
+            .is_some_and(|result| result["structuredContent"]["status"] == "WATCHED");
+        if saved {
+            *report.completed.entry(user.clone()).or_default() += 1;
+        } else {
+            let failure = format!("{user}: round 2 of movie {movie}: HTTP {}", done.status);
+            report.failures.push(failure);
+        }
+    }
+    report
+}
+
+/// `workers` users' conversations running through nginx in front of the replicas.
+struct Load {
+    balancer: nginx::Nginx,
+    stop: Arc<AtomicBool>,
+    running: Vec<tokio::task::JoinHandle<LoadReport>>,
+}
+
+impl Load {
+    async fn start(cluster: &Replicas, workers: usize) -> Self {
+        let balancer = nginx::Nginx::start(free_port(), &cluster.addresses(), false)
+            .await
+            .expect("nginx starts");
+        let stop = Arc::new(AtomicBool::new(false));
+        let running = (0..workers)
+            .map(|worker| {
+                let user = format!("load-{worker}");
+                let session = Session::signed_in(balancer.url(), cluster.settings.token(&user));
+                tokio::spawn(converse_until(session, user, stop.clone()))
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Self {
+            balancer,
+            stop,
+            running,
+        }
+    }
+
+    /// Lets the load run a second more, stops it, and gathers what the users saw.
+    async fn finish(mut self) -> LoadReport {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        self.stop.store(true, Ordering::Relaxed);
+        let mut report = LoadReport::default();
+        for worker in self.running {
+            let seen = worker.await.expect("a load worker ran");
+            report.conversations += seen.conversations;
+            report.requests += seen.requests;
+            report.failures.extend(seen.failures);
+            report.latencies.extend(seen.latencies);
+            report.completed.extend(seen.completed);
+        }
+        self.balancer.stop().await;
+        report
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_behind_nginx_fails_no_request_and_loses_no_write() {
+    let mut cluster = Replicas::start(3, shared_redis_url()).await;
+    let load = Load::start(&cluster, 8).await;
+    for number in 1..=3 {
+        let status = cluster.replica(number).terminate().await;
+        assert!(
+            status.success(),
+            "replica {number} exits 0 on SIGTERM: {status}"
+        );
+        cluster.restart(number).await;
+        // nginx skips a replica that refused it for 2 s (`fail_timeout`): as an operator's
+        // rolling restart would, wait until it is back in rotation before the next one.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    let mut report = load.finish().await;
+    let p99 = report.p99();
+    println!(
+        "rolling restart (SIGTERM) of 3 replicas behind nginx: {} conversations, {} requests, {} \
+         failed, p99 {p99:.1?}",
+        report.conversations,
+        report.requests,
+        report.failures.len()
+    );
+    assert!(
+        report.failures.is_empty(),
+        "no request failed: {:?}",
+        report.failures
+    );
+    assert!(report.conversations >= 8, "the load ran: {report:?}");
+    for (user, completed) in &report.completed {
+        assert_eq!(
+            cluster.database.watchlist_rows(user).await,
+            *completed,
+            "{user}: exactly one row per completed conversation"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_killed_behind_nginx_fail_only_calls_in_flight_and_double_nothing() {
+    let mut cluster = Replicas::start(3, shared_redis_url()).await;
+    let load = Load::start(&cluster, 8).await;
+    for number in 1..=3 {
+        cluster.replica(number).kill().await;
+        cluster.restart(number).await;
+        // nginx skips a replica that refused it for 2 s (`fail_timeout`): as an operator's
+        // rolling restart would, wait until it is back in rotation before the next one.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    let mut report = load.finish().await;
+    let p99 = report.p99();
+    println!(
+        "rolling kill -9 of 3 replicas behind nginx: {} conversations, {} requests, {} failed, \
+         p99 {p99:.1?}",
+        report.conversations,
+        report.requests,
+        report.failures.len()
+    );
+    for failure in &report.failures {
+        println!("  failed: {failure}");
+    }
+    assert!(report.conversations >= 8, "the load ran: {report:?}");
+    for worker in 0..8 {
+        let user = format!("load-{worker}");
+        let completed = report.completed.get(&user).copied().unwrap_or(0);
+        let rows = cluster.database.watchlist_rows(&user).await;
+        // A retry whose answer was lost with its replica may have been saved: never more.
+        let failed = report
+            .failures
+            .iter()
+            .filter(|failure| failure.starts_with(&format!("{user}: round 2")))
+            .count() as i64;
+        assert!(
+            rows >= completed && rows <= completed + failed,
+            "{user}: {rows} rows for {completed} completed conversations ({failed} failed)"
+        );
+    }
+}
