@@ -29,10 +29,16 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_SHARE_PER_CALLER", default_value_t = 1_000)]
     pub share_per_caller: u64,
 
-    /// Redis URL for the shared continuation store (`redis://127.0.0.1:6379`); every replica
-    /// pointed at the same Redis can resume any call. In-memory store when unset.
+    /// Redis URL for the shared continuation store (`redis://127.0.0.1:6379`), or the URLs of
+    /// some nodes of a Redis Cluster, comma-separated; every replica pointed at the same Redis can
+    /// resume any call. In-memory store when unset.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
+
+    /// The Redis URL names a Redis Cluster (implied when it lists several nodes,
+    /// comma-separated).
+    #[arg(long, env = "REDIS_CLUSTER")]
+    pub redis_cluster: bool,
 
     /// Prefix of every Redis key this server writes.
     #[arg(long, env = "MOVIEDB_REDIS_PREFIX", default_value = "moviedb:")]
@@ -87,8 +93,8 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_BODY_READ_TIMEOUT_SECS", default_value_t = 30)]
     pub body_read_timeout_secs: u64,
 
-    /// Seconds a connection may sit with no request and no traffic before it is closed. Keep it
-    /// above the keep-alive period, which is what keeps streams busy.
+    /// Seconds a connection may sit with no request and no traffic before it is closed (a
+    /// stream is a request until it ends).
     #[arg(long, env = "MOVIEDB_IDLE_TIMEOUT_SECS", default_value_t = 60)]
     pub idle_timeout_secs: u64,
 
@@ -136,6 +142,7 @@ impl ServeArgs {
                 url: url.clone(),
                 prefix: self.redis_prefix.clone(),
                 timeout: Duration::from_millis(self.redis_timeout_ms.max(1)),
+                cluster: self.redis_cluster,
             })
     }
 

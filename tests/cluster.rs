@@ -98,7 +98,19 @@ fn assert_already_used(reply: &Reply) {
 
 #[tokio::test]
 async fn each_round_of_a_call_and_the_read_back_can_land_on_a_different_replica() {
-    let cluster = Replicas::start(3, shared_redis_url()).await;
+    rounds_land_anywhere(shared_redis_url()).await;
+}
+
+#[tokio::test]
+async fn on_a_redis_cluster_each_round_can_land_on_a_different_replica() {
+    let redis = support::redis_cluster::RedisCluster::start();
+    rounds_land_anywhere(redis.url()).await;
+}
+
+/// Round one on replica 1, the answer on replica 2, the list read on replica 3, all sharing
+/// the Redis at `redis_url`.
+async fn rounds_land_anywhere(redis_url: String) {
+    let cluster = Replicas::start(3, redis_url).await;
     let godfather = add_movie(6);
 
     let round_one = cluster
@@ -397,8 +409,19 @@ async fn trigger(server: &TestServer, tool: &str) {
 
 #[tokio::test]
 async fn a_change_made_through_one_server_reaches_listeners_on_every_server_exactly_once() {
-    let first = server_on(shared_redis_url()).await;
-    let second = server_on(shared_redis_url()).await;
+    changes_reach_every_listener_once(shared_redis_url()).await;
+}
+
+#[tokio::test]
+async fn on_a_redis_cluster_a_change_reaches_listeners_on_every_server_exactly_once() {
+    let redis = support::redis_cluster::RedisCluster::start();
+    changes_reach_every_listener_once(redis.url()).await;
+}
+
+/// A change made through one server, heard once by the listeners of both, over `redis_url`.
+async fn changes_reach_every_listener_once(redis_url: String) {
+    let first = server_on(redis_url.clone()).await;
+    let second = server_on(redis_url).await;
     let mut listeners = [listen(&first).await, listen(&second).await];
 
     // Alternating kinds: a duplicate would show up where the next kind is expected.

@@ -255,10 +255,7 @@ async fn slow_headers(addr: SocketAddr, opened: Instant) -> Option<Duration> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_slow_to_send_headers_are_closed_and_others_are_served() {
-    let launch = Launch {
-        args: vec!["--header-read-timeout-secs".into(), "2".into()],
-        open_files: None,
-    };
+    let launch = Launch::with_args(["--header-read-timeout-secs", "2"]);
     let server = MovieServer::start_with(Backend::Sqlite, launch).await;
     let addr = address_of(server.url());
     let opened = Instant::now();
@@ -395,6 +392,22 @@ async fn idle_sockets_beyond_the_fd_limit_cannot_lock_others_out() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_listen_stream_outlives_the_idle_timeout() {
+    let launch = Launch::with_args(["--idle-timeout-secs", "2", "--keepalive-secs", "1"]);
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let mut listen = server.listen_for_tool_changes().await;
+    let ended = listen.ends_within(Duration::from_secs(6)).await;
+    println!(
+        "a listen stream with nothing to say, idle timeout 2 s: still open after 6 s: {}",
+        !ended
+    );
+    assert!(
+        !ended,
+        "a stream is a request being served, never an idle connection"
+    );
+}
+
 /// Starts `count` addToWatchlist conversations as `session`, returning their request states.
 async fn first_rounds(session: &support::movies::Session, count: usize) -> Vec<String> {
     let mut states = Vec::new();
@@ -410,17 +423,12 @@ async fn first_rounds(session: &support::movies::Session, count: usize) -> Vec<S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_users_flood_of_open_conversations_evicts_only_their_own() {
-    let launch = Launch {
-        args: [
-            "--share-per-caller",
-            "50",
-            "--continuation-capacity",
-            "1000",
-        ]
-        .map(String::from)
-        .to_vec(),
-        open_files: None,
-    };
+    let launch = Launch::with_args([
+        "--share-per-caller",
+        "50",
+        "--continuation-capacity",
+        "1000",
+    ]);
     let server = MovieServer::start_with(Backend::Sqlite, launch).await;
     let (alice, mallory) = (server.user("alice"), server.user("mallory"));
     let arguments = json!({"subject": {"movieId": "6"}});
@@ -522,17 +530,12 @@ async fn session_serves(url: &str, local: IpAddr, session: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_anonymous_flood_of_sessions_from_one_address_spares_other_addresses() {
-    let launch = Launch {
-        args: [
-            "--share-per-caller",
-            "50",
-            "--continuation-capacity",
-            "1000",
-        ]
-        .map(String::from)
-        .to_vec(),
-        open_files: None,
-    };
+    let launch = Launch::with_args([
+        "--share-per-caller",
+        "50",
+        "--continuation-capacity",
+        "1000",
+    ]);
     let server = MovieServer::start_with(Backend::Sqlite, launch).await;
     let url = server.url().to_owned();
     let (flooder, neighbour) = (

@@ -45,10 +45,7 @@ async fn readiness_until(http: &reqwest::Client, url: &str, want: u16) -> (u16, 
 #[tokio::test]
 async fn readiness_follows_redis_and_the_database_while_liveness_stays() {
     let mut redis = PrivateRedis::start();
-    let launch = Launch {
-        args: vec!["--redis-url".into(), redis.url()],
-        open_files: None,
-    };
+    let launch = Launch::with_args(["--redis-url", &redis.url()]);
     let server = MovieServer::start_with(Backend::Sqlite, launch).await;
     let base = server.url().trim_end_matches("/mcp").to_owned();
     let (healthz, readyz) = (format!("{base}/healthz"), format!("{base}/readyz"));
@@ -96,27 +93,17 @@ async fn sigterm_finishes_a_streamed_call_ends_listen_streams_and_exits_cleanly(
         "SUMMARY: Loved by all.\nTHEMES: acting; music".into(),
     ))
     .await;
-    let launch = Launch {
-        args: [
-            "--llm-base-url",
-            &provider.base_url(),
-            "--llm-model",
-            "review-writer-test",
-            "--llm-api-key",
-            "sk-test-0123456789",
-        ]
-        .map(str::to_owned)
-        .to_vec(),
-        open_files: None,
-    };
+    let launch = Launch::with_args([
+        "--llm-base-url",
+        &provider.base_url(),
+        "--llm-model",
+        "review-writer-test",
+        "--llm-api-key",
+        "sk-test-0123456789",
+    ]);
     let mut server = MovieServer::start_with(Backend::Sqlite, launch).await;
     let client = support::checked_client(server.url().to_owned());
-    let mut listen = client
-        .request("subscriptions/listen")
-        .params(json!({"notifications": {"toolsListChanged": true}}))
-        .open_stream()
-        .await;
-    listen.expect_message(PATIENCE).await;
+    let mut listen = server.listen_for_tool_changes().await;
     let mut summary = client
         .request("tools/call")
         .params(json!({"name": "summarizeMovieReviews", "arguments": {"movieId": "6"}}))
@@ -291,7 +278,18 @@ impl Load {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_behind_nginx_fails_no_request_and_loses_no_write() {
-    let mut cluster = Replicas::start(3, shared_redis_url()).await;
+    rolling_restart(shared_redis_url(), "one Redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_on_a_redis_cluster_fails_no_request_and_loses_no_write() {
+    let redis = support::redis_cluster::RedisCluster::start();
+    rolling_restart(redis.url(), "a six-node Redis Cluster").await;
+}
+
+/// Each of 3 replicas on `redis_url` stopped with SIGTERM and started again, under load.
+async fn rolling_restart(redis_url: String, redis: &str) {
+    let mut cluster = Replicas::start(3, redis_url).await;
     let load = Load::start(&cluster, 8).await;
     for number in 1..=3 {
         let status = cluster.replica(number).terminate().await;
@@ -307,8 +305,8 @@ async fn a_rolling_restart_behind_nginx_fails_no_request_and_loses_no_write() {
     let mut report = load.finish().await;
     let p99 = report.p99();
     println!(
-        "rolling restart (SIGTERM) of 3 replicas behind nginx: {} conversations, {} requests, {} \
-         failed, p99 {p99:.1?}",
+        "rolling restart (SIGTERM) of 3 replicas behind nginx on {redis}: {} conversations, {} \
+         requests, {} failed, p99 {p99:.1?}",
         report.conversations,
         report.requests,
         report.failures.len()

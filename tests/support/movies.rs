@@ -143,7 +143,28 @@ pub struct Launch {
     pub open_files: Option<u64>,
 }
 
+impl Launch {
+    /// A launch with these command-line arguments.
+    pub fn with_args<const N: usize>(args: [&str; N]) -> Self {
+        Self {
+            args: args.map(str::to_owned).to_vec(),
+            open_files: None,
+        }
+    }
+}
+
 impl MovieServer {
+    /// An open `subscriptions/listen` stream for tool-list changes, its acknowledgement read.
+    pub async fn listen_for_tool_changes(&self) -> super::EventStream {
+        let mut listen = super::checked_client(self.url().to_owned())
+            .request("subscriptions/listen")
+            .params(json!({"notifications": {"toolsListChanged": true}}))
+            .open_stream()
+            .await;
+        listen.expect_message(Duration::from_secs(15)).await;
+        listen
+    }
+
     pub async fn start(backend: Backend) -> Self {
         Self::start_with(backend, Launch::default()).await
     }

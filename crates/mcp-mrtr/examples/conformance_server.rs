@@ -55,6 +55,7 @@ impl Cli {
                 url,
                 prefix: self.redis_prefix.clone(),
                 timeout: Duration::from_secs(1),
+                cluster: false,
             }),
             loopback: self.bind.ip().is_loopback(),
             ..Settings::default()

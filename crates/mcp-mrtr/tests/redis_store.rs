@@ -159,6 +159,7 @@ async fn past_its_share_an_owner_loses_only_its_own_oldest_entries_in_redis() {
         url: shared_redis_url(),
         prefix: format!("mcp-share-test-{}:", support::net::random_hex(6)),
         timeout: Duration::from_secs(1),
+        cluster: false,
     };
     let store = RedisStore::connect(config, 3).await.expect("Redis answers");
     let ttl = Duration::from_secs(60);
@@ -168,17 +169,7 @@ async fn past_its_share_an_owner_loses_only_its_own_oldest_entries_in_redis() {
         .put(&neighbour, kept, b"kept".to_vec(), ttl)
         .await
         .unwrap();
-    let flood: Vec<ContinuationId> = (0..5).map(|_| ContinuationId::random()).collect();
-    for id in &flood {
-        store
-            .put(&flooder, *id, b"flood".to_vec(), ttl)
-            .await
-            .unwrap();
-    }
-    let mut left = Vec::new();
-    for id in &flood {
-        left.push(store.take(*id).await.unwrap().is_some());
-    }
+    let left = support::redis::flood_and_take_back(&store, &flooder, 5).await;
     assert_eq!(
         left,
         [false, false, true, true, true],

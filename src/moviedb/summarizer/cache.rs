@@ -13,13 +13,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use moka::future::Cache;
-use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::SummaryText;
 use crate::moviedb::model::Review;
-use crate::store::{RedisStoreConfig, connect_redis, redis_query};
+use crate::store::{RedisConnection, RedisStoreConfig, connect_redis, redis_query};
 
 /// Most summaries kept in this process.
 const LOCAL_CAPACITY: u64 = 10_000;
@@ -154,18 +153,18 @@ fn local_cache() -> Cache<String, Entry> {
 /// The Redis tier: `GET` and `SET … PX`, each bounded by a timeout; failures are logged and
 /// treated as misses, so a Redis outage costs provider calls, never answers.
 struct RedisSummaries {
-    connection: ConnectionManager,
+    connection: RedisConnection,
     prefix: String,
     timeout: Duration,
 }
 
 impl RedisSummaries {
     async fn connect(config: RedisStoreConfig) -> anyhow::Result<Self> {
-        let (_, connection) = connect_redis(&config)
+        let connected = connect_redis(&config)
             .await
             .context("connecting to Redis")?;
         Ok(Self {
-            connection,
+            connection: connected.connection,
             prefix: config.prefix,
             timeout: config.timeout,
         })

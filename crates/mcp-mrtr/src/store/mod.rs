@@ -8,10 +8,15 @@
 
 mod memory;
 mod redis;
+mod redis_connection;
 mod redis_events;
 
 pub use memory::MemoryStore;
-pub use redis::{RedisStore, RedisStoreConfig, connect as connect_redis, query as redis_query};
+pub use redis::RedisStore;
+pub use redis_connection::{
+    Connected as ConnectedRedis, RedisConnection, RedisStoreConfig, connect as connect_redis,
+    query as redis_query,
+};
 pub use redis_events::RedisEventRelay;
 
 use std::sync::Arc;

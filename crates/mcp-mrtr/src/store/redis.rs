@@ -1,72 +1,63 @@
-//! The Redis continuation store, shared by every replica: a script that parks with `SET … PX` and
-//! keeps the owner's share, `GETDEL` to take (atomic, so a state is used once even when two
-//! replicas race), every call bounded by a timeout. The connection manager reconnects by itself
-//! when Redis comes back.
+//! The Redis continuation store, shared by every replica, on one Redis server or a Redis
+//! Cluster: `SET … PX` to park, `GETDEL` to take (atomic, so a state is used once even when two
+//! replicas race), every call bounded by a timeout.
 //!
 //! Each owner has an index (a sorted set by deadline) of what it wrote; past its share, its
 //! earliest entries are deleted. The index counts what was written within the time-to-live,
-//! taken or not, which bounds what one caller can hold.
+//! taken or not, which bounds what one caller can hold. An entry and its owner's index are written
+//! together but are separate keys (on a cluster they live on different nodes), so no command or
+//! script ever touches two slots.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-
 use sha2::{Digest, Sha256};
 
+use super::redis_connection::{RedisConnection, RedisStoreConfig, connect, query};
 use super::{ContinuationId, ContinuationStore, Owner, SessionStore, StoreError};
 
-/// Writes `KEYS[1]` (value `ARGV[1]`, time-to-live `ARGV[2]` ms) into the owner's index
-/// `KEYS[2]`, then deletes the owner's earliest entries beyond its share `ARGV[3]`. Scored by
-/// deadline in microseconds, so entries written in the same millisecond keep their order.
-const PUT_WITHIN_SHARE: &str = r"
+/// Adds `ARGV[1]` to the owner's index `KEYS[1]` with a deadline `ARGV[2]` ms from now, drops
+/// what has expired, and returns the owner's earliest entries beyond its share `ARGV[3]`, which
+/// the caller deletes. Scored by deadline in microseconds, so entries written in the same
+/// millisecond keep their order.
+const INDEX_WITHIN_SHARE: &str = r"
 local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
 -- Written out whole: Lua's default number format keeps only 14 digits.
 local deadline = string.format('%.0f', now + tonumber(ARGV[2]) * 1000)
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('ZADD', KEYS[2], deadline, KEYS[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%.0f', now))
-local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[3])
+redis.call('ZADD', KEYS[1], deadline, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
+local evicted = {}
+local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[3])
 if over > 0 then
-  local earliest = redis.call('ZPOPMIN', KEYS[2], over)
-  for i = 1, #earliest, 2 do redis.call('DEL', earliest[i]) end
+  local earliest = redis.call('ZPOPMIN', KEYS[1], over)
+  for i = 1, #earliest, 2 do evicted[#evicted + 1] = earliest[i] end
 end
-local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', math.ceil(tonumber(last[2]) / 1000)))
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', math.ceil(tonumber(last[2]) / 1000)))
+return evicted
 ";
-
-/// How to reach the Redis server the stores share.
-#[derive(Debug, Clone)]
-pub struct RedisStoreConfig {
-    /// The Redis connection URL, such as `redis://127.0.0.1:6379`.
-    pub url: String,
-    /// Prepended to every key, so several deployments can share one Redis.
-    pub prefix: String,
-    /// Longest any one Redis call may take before the request fails.
-    pub timeout: Duration,
-}
 
 /// Continuations and sessions kept in Redis, so every replica can resume any call.
 pub struct RedisStore {
-    connection: ConnectionManager,
+    connection: RedisConnection,
     prefix: String,
     timeout: Duration,
     share: u64,
-    put_within_share: redis::Script,
+    index_within_share: redis::Script,
 }
 
 impl RedisStore {
     /// Connects (failing at once if Redis cannot be reached now); one owner holds at most `share`
     /// continuations (and, apart, `share` sessions).
     pub async fn connect(config: RedisStoreConfig, share: u64) -> Result<Self, StoreError> {
-        let (_, connection) = connect(&config).await?;
+        let connected = connect(&config).await?;
         Ok(Self {
-            connection,
+            connection: connected.connection,
             prefix: config.prefix,
             timeout: config.timeout,
             share: share.max(1),
-            put_within_share: redis::Script::new(PUT_WITHIN_SHARE),
+            index_within_share: redis::Script::new(INDEX_WITHIN_SHARE),
         })
     }
 
@@ -78,6 +69,8 @@ impl RedisStore {
         format!("{}owner:{kind}:{hex}", self.prefix)
     }
 
+    /// Writes `key` and records it in the owner's index, then deletes what the owner holds
+    /// beyond its share.
     async fn put_within_share(
         &self,
         key: String,
@@ -86,31 +79,32 @@ impl RedisStore {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let mut invocation = self.put_within_share.key(key);
-        invocation
-            .key(owner_key)
+        let mut indexing = self.index_within_share.key(owner_key);
+        indexing.arg(&key).arg(ttl_ms).arg(self.share);
+        let write = redis::cmd("SET")
+            .arg(&key)
             .arg(value)
+            .arg("PX")
             .arg(ttl_ms)
-            .arg(self.share);
+            .clone();
+        // Sent together: one round trip on a single server (its connection pipelines concurrent
+        // commands), and on a cluster each to the node of its slot.
         let mut connection = self.connection.clone();
-        match tokio::time::timeout(self.timeout, invocation.invoke_async::<()>(&mut connection))
-            .await
-        {
-            Ok(result) => result.map_err(|e| StoreError(e.to_string())),
-            Err(_) => Err(self.no_answer()),
+        let ((), evicted): ((), Vec<String>) = tokio::try_join!(
+            self.run(&write),
+            self.connection
+                .bounded(self.timeout, indexing.invoke_async(&mut connection)),
+        )?;
+        for key in evicted {
+            // Best effort: an eviction that fails leaves an entry to expire on its own.
+            let _ = self.run::<()>(redis::cmd("DEL").arg(key)).await;
         }
+        Ok(())
     }
 
     /// Checks that Redis answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.run::<()>(&redis::cmd("PING")).await
-    }
-
-    fn no_answer(&self) -> StoreError {
-        StoreError(format!(
-            "Redis did not answer within {} ms",
-            self.timeout.as_millis()
-        ))
     }
 
     fn session_key(&self, session_id: &str) -> String {
@@ -123,45 +117,6 @@ impl RedisStore {
 
     async fn run<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, StoreError> {
         query(&self.connection, self.timeout, command).await
-    }
-}
-
-/// Opens the client and a connection that reconnects by itself, failing at once if Redis cannot
-/// be reached now.
-pub async fn connect(
-    config: &RedisStoreConfig,
-) -> Result<(redis::Client, ConnectionManager), StoreError> {
-    let client = redis::Client::open(config.url.as_str())
-        .map_err(|e| StoreError(format!("bad Redis URL: {e}")))?;
-    let manager_config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(config.timeout))
-        .set_response_timeout(Some(config.timeout))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(500));
-    let connection = tokio::time::timeout(
-        config.timeout * 3,
-        ConnectionManager::new_with_config(client.clone(), manager_config),
-    )
-    .await
-    .map_err(|_| StoreError("timed out connecting to Redis".into()))?
-    .map_err(|e| StoreError(e.to_string()))?;
-    Ok((client, connection))
-}
-
-/// Runs one command, failing when Redis errs or does not answer within `timeout`.
-pub async fn query<T: redis::FromRedisValue>(
-    connection: &ConnectionManager,
-    timeout: Duration,
-    command: &redis::Cmd,
-) -> Result<T, StoreError> {
-    let mut connection = connection.clone();
-    match tokio::time::timeout(timeout, command.query_async(&mut connection)).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(StoreError(e.to_string())),
-        Err(_) => Err(StoreError(format!(
-            "Redis did not answer within {} ms",
-            timeout.as_millis()
-        ))),
     }
 }
 

@@ -10,11 +10,11 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use redis::aio::{ConnectionManager, PubSub};
+use redis::aio::PubSub;
 use tokio::sync::mpsc;
 
 use super::StoreError;
-use super::redis::{RedisStoreConfig, connect, query};
+use super::redis_connection::{RedisConnection, RedisStoreConfig, bounded, connect, query};
 
 /// How often an idle subscription is checked with a PING.
 const HEALTH_CHECK_EVERY: Duration = Duration::from_secs(5);
@@ -27,7 +27,7 @@ const INCOMING_BUFFER: usize = 256;
 /// A replica's end of the event channel: publishes, and yields every message any replica
 /// published (its own included). Dropping it ends the subscription.
 pub struct RedisEventRelay {
-    connection: ConnectionManager,
+    connection: RedisConnection,
     channel: String,
     timeout: Duration,
     incoming: mpsc::Receiver<Vec<u8>>,
@@ -36,19 +36,21 @@ pub struct RedisEventRelay {
 impl RedisEventRelay {
     /// Connects and subscribes to `topic`, failing at once if Redis cannot be reached now.
     pub async fn connect(config: &RedisStoreConfig, topic: &str) -> Result<Self, StoreError> {
-        let (client, connection) = connect(config).await?;
+        let connected = connect(config).await?;
         let channel = format!("{}{topic}", config.prefix);
-        let subscription = subscribe(&client, &channel, config.timeout).await?;
+        let (subscription, node) =
+            subscribe_any(&connected.nodes, 0, &channel, config.timeout).await?;
         let (deliver, incoming) = mpsc::channel(INCOMING_BUFFER);
         let subscriber = Subscriber {
-            client,
+            nodes: connected.nodes,
+            node,
             channel: channel.clone(),
             timeout: config.timeout,
             deliver,
         };
         tokio::spawn(subscriber.run(subscription));
         Ok(Self {
-            connection,
+            connection: connected.connection,
             channel,
             timeout: config.timeout,
             incoming,
@@ -60,7 +62,14 @@ impl RedisEventRelay {
         &self.channel
     }
 
-    /// Publishes `payload`; returns how many subscribers (replicas, this one included) got it.
+    /// Whether [`publish`](Self::publish)'s count covers every subscriber. On a Redis Cluster it
+    /// counts only those of the node the message was published on.
+    pub fn counts_every_subscriber(&self) -> bool {
+        matches!(self.connection, RedisConnection::Single(_))
+    }
+
+    /// Publishes `payload`; returns how many subscribers (replicas, this one included) got it,
+    /// on one server (see [`counts_every_subscriber`](Self::counts_every_subscriber)).
     pub async fn publish(&self, payload: &[u8]) -> Result<u64, StoreError> {
         let command = redis::cmd("PUBLISH")
             .arg(&self.channel)
@@ -85,14 +94,27 @@ async fn subscribe(
         subscription.subscribe(channel).await?;
         Ok::<_, redis::RedisError>(subscription)
     };
-    match tokio::time::timeout(timeout, attempt).await {
-        Ok(Ok(subscription)) => Ok(subscription),
-        Ok(Err(e)) => Err(StoreError(e.to_string())),
-        Err(_) => Err(StoreError(format!(
-            "Redis did not accept the subscription within {} ms",
-            timeout.as_millis()
-        ))),
+    bounded(timeout, attempt).await
+}
+
+/// Subscribes on the first of `nodes` (starting at `from`, in turn) that accepts; returns the
+/// subscription and which node took it. On a cluster any node will do: a message published on one
+/// node reaches the subscribers of all of them.
+async fn subscribe_any(
+    nodes: &[redis::Client],
+    from: usize,
+    channel: &str,
+    timeout: Duration,
+) -> Result<(PubSub, usize), StoreError> {
+    let mut failure = StoreError("no Redis node to subscribe on".into());
+    for offset in 0..nodes.len() {
+        let node = (from + offset) % nodes.len();
+        match subscribe(&nodes[node], channel, timeout).await {
+            Ok(subscription) => return Ok((subscription, node)),
+            Err(e) => failure = e,
+        }
     }
+    Err(failure)
 }
 
 /// Why a subscription stopped forwarding.
@@ -105,14 +127,16 @@ enum Stopped {
 
 /// The background task that keeps one subscription alive and hands its messages on.
 struct Subscriber {
-    client: redis::Client,
+    /// The listed nodes, tried in turn from the one after `node` when a subscription fails.
+    nodes: Vec<redis::Client>,
+    node: usize,
     channel: String,
     timeout: Duration,
     deliver: mpsc::Sender<Vec<u8>>,
 }
 
 impl Subscriber {
-    async fn run(self, mut subscription: PubSub) {
+    async fn run(mut self, mut subscription: PubSub) {
         loop {
             match self.forward(subscription).await {
                 Stopped::RelayDropped => return,
@@ -159,15 +183,19 @@ impl Subscriber {
     }
 
     /// Retries with a growing delay until subscribed; `None` when the relay was dropped meanwhile.
-    async fn subscribe_again(&self) -> Option<PubSub> {
+    async fn subscribe_again(&mut self) -> Option<PubSub> {
         let mut delay = FIRST_RETRY_DELAY;
         loop {
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = self.deliver.closed() => return None,
             }
-            match subscribe(&self.client, &self.channel, self.timeout).await {
-                Ok(subscription) => return Some(subscription),
+            let next = self.node + 1;
+            match subscribe_any(&self.nodes, next, &self.channel, self.timeout).await {
+                Ok((subscription, node)) => {
+                    self.node = node;
+                    return Some(subscription);
+                }
                 Err(e) => tracing::debug!(channel = %self.channel, "subscribing failed: {e}"),
             }
             delay = (delay * 2).min(LONGEST_RETRY_DELAY);

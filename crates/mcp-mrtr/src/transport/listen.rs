@@ -37,6 +37,8 @@ use super::Drain;
 
 /// File descriptors kept free of connections, for the stores, the database, logs and the listener.
 pub const RESERVED_DESCRIPTORS: u64 = 128;
+/// The most connections one process is ever given, however high its open-file limit.
+const CONNECTIONS_CEILING: usize = 1_000_000;
 /// While draining, how long a connection with nothing to do stays open: longer than a balancer
 /// keeps an unused pooled connection (nginx's `keepalive_timeout` in `deploy/nginx.conf` is 4 s),
 /// so the balancer closes it first and never sends a request into a closing connection.
@@ -63,7 +65,7 @@ pub fn max_connections(wanted: Option<usize>) -> usize {
     let limit = raise_open_file_limit();
     let fits = usize::try_from(limit.saturating_sub(RESERVED_DESCRIPTORS))
         .unwrap_or(usize::MAX)
-        .max(1);
+        .clamp(1, CONNECTIONS_CEILING);
     match wanted {
         Some(wanted) if wanted > fits => {
             tracing::warn!(
@@ -100,7 +102,7 @@ fn raise_open_file_limit() -> u64 {
 struct Tracked {
     /// Milliseconds since the registry's clock started, at the last byte read or written.
     last_active: AtomicU64,
-    /// Requests being handled (from their headers until their response starts).
+    /// Requests being handled (from their headers until their response body is sent).
     busy: AtomicUsize,
     /// Asks the connection to close once its current request, if any, is answered.
     close: Notify,
@@ -138,21 +140,17 @@ impl Registry {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Closes the connection idle the longest, if one is idle; returns whether one was.
-    fn close_idlest(&self) -> bool {
+    /// Closes the connection idle the longest, if one is idle.
+    fn close_idlest(&self) {
         let open = self.lock();
         let idlest = open
             .values()
             .filter(|c| c.busy.load(Ordering::Acquire) == 0)
             .min_by_key(|c| c.last_active.load(Ordering::Relaxed));
-        match idlest {
-            Some(connection) => {
-                // Seen as active from now on, so the next call picks another one.
-                connection.last_active.store(u64::MAX, Ordering::Relaxed);
-                connection.close.notify_one();
-                true
-            }
-            None => false,
+        if let Some(connection) = idlest {
+            // Seen as active from now on, so the next call picks another one.
+            connection.last_active.store(u64::MAX, Ordering::Relaxed);
+            connection.close.notify_one();
         }
     }
 }

@@ -14,6 +14,7 @@
 pub mod fixtures;
 pub mod net;
 pub mod redis;
+pub mod redis_cluster;
 pub mod schema;
 pub mod server;
 

@@ -84,3 +84,26 @@ impl Drop for PrivateRedis {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Has `owner` park `count` continuations in `store`, then takes each back: `true` for those still
+/// there, oldest first.
+pub async fn flood_and_take_back(
+    store: &impl mcp_mrtr::store::ContinuationStore,
+    owner: &mcp_mrtr::store::Owner,
+    count: usize,
+) -> Vec<bool> {
+    use mcp_mrtr::store::ContinuationId;
+    let ttl = Duration::from_secs(60);
+    let flood: Vec<ContinuationId> = (0..count).map(|_| ContinuationId::random()).collect();
+    for id in &flood {
+        store
+            .put(owner, *id, b"flood".to_vec(), ttl)
+            .await
+            .expect("parked");
+    }
+    let mut left = Vec::new();
+    for id in &flood {
+        left.push(store.take(*id).await.expect("taken").is_some());
+    }
+    left
+}

@@ -119,6 +119,7 @@ impl TestServer {
                 url,
                 prefix: format!("mcp-test-{}:", std::process::id()),
                 timeout: Duration::from_secs(1),
+                cluster: false,
             }),
             allowed_origins: options.allowed_origins,
             loopback: true,

@@ -1,0 +1,238 @@
+//! How the stores reach Redis: one server, or a Redis Cluster when the URL lists several nodes
+//! (or the configuration says so). Either way a [`RedisConnection`] reconnects by itself, and
+//! every call through [`query`] is bounded by a timeout.
+//!
+//! On a cluster, the client follows redirections, but a master that died before its replica took
+//! over leaves it retrying the dead address. So a failing or silent call makes the connection
+//! rediscover the cluster from the listed nodes (at most once a second), and the calls after it
+//! reach the new master.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use super::StoreError;
+
+/// How to reach the Redis the stores share.
+#[derive(Debug, Clone)]
+pub struct RedisStoreConfig {
+    /// The Redis connection URL, such as `redis://127.0.0.1:6379`; for a Redis Cluster, the URLs
+    /// of some of its nodes, comma-separated.
+    pub url: String,
+    /// Prepended to every key, so several deployments can share one Redis.
+    pub prefix: String,
+    /// Longest any one Redis call may take before the request fails.
+    pub timeout: Duration,
+    /// Whether `url` names a Redis Cluster even when it lists a single node.
+    pub cluster: bool,
+}
+
+impl RedisStoreConfig {
+    /// The node URLs `url` lists.
+    fn nodes(&self) -> Vec<&str> {
+        self.url
+            .split(',')
+            .map(str::trim)
+            .filter(|node| !node.is_empty())
+            .collect()
+    }
+
+    /// Whether this is a Redis Cluster: several nodes listed, or said so.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster || self.nodes().len() > 1
+    }
+}
+
+/// A connection to one Redis server or to a Redis Cluster; cheap to clone.
+#[derive(Clone)]
+pub enum RedisConnection {
+    /// One server, through a connection that reconnects by itself.
+    Single(ConnectionManager),
+    /// A cluster, through a connection that is rebuilt when the cluster changed under it.
+    Cluster(Arc<Cluster>),
+}
+
+/// The connection to a cluster, and what it takes to rediscover the cluster.
+pub struct Cluster {
+    client: redis::cluster::ClusterClient,
+    current: Mutex<ClusterConnection>,
+    rediscovering: AtomicBool,
+    /// Milliseconds after `clock` when the last rediscovery started.
+    last_rediscovery: AtomicU64,
+    clock: Instant,
+}
+
+/// The least time between two rediscoveries of a cluster.
+const REDISCOVERY_INTERVAL: Duration = Duration::from_secs(1);
+
+impl Cluster {
+    fn connection(&self) -> ClusterConnection {
+        self.current
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// A call failed or did not answer: rediscover the cluster in the background, unless that
+    /// was done less than [`REDISCOVERY_INTERVAL`] ago or is under way.
+    fn suspect(self: &Arc<Self>) {
+        let now = u64::try_from(self.clock.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let last = self.last_rediscovery.load(Ordering::Relaxed);
+        let interval = u64::try_from(REDISCOVERY_INTERVAL.as_millis()).unwrap_or(u64::MAX);
+        if now.saturating_sub(last) < interval || self.rediscovering.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.last_rediscovery.store(now, Ordering::Relaxed);
+        let cluster = self.clone();
+        tokio::spawn(async move {
+            match cluster.client.get_async_connection().await {
+                Ok(fresh) => {
+                    *cluster
+                        .current
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh;
+                    tracing::info!("Redis Cluster topology rediscovered");
+                }
+                Err(e) => tracing::warn!("rediscovering the Redis Cluster failed: {e}"),
+            }
+            cluster.rediscovering.store(false, Ordering::Release);
+        });
+    }
+}
+
+impl RedisConnection {
+    /// Awaits a call on this connection for at most `timeout`; on a cluster, a failure or a
+    /// silence makes the connection rediscover the cluster.
+    pub async fn bounded<T>(
+        &self,
+        timeout: Duration,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        let outcome = bounded(timeout, call).await;
+        if let (Err(_), Self::Cluster(cluster)) = (&outcome, self) {
+            cluster.suspect();
+        }
+        outcome
+    }
+}
+
+impl ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(connection) => connection.req_packed_command(cmd),
+            Self::Cluster(cluster) => {
+                let mut connection = cluster.connection();
+                Box::pin(async move { connection.req_packed_command(cmd).await })
+            }
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(connection) => connection.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(cluster) => {
+                let mut connection = cluster.connection();
+                Box::pin(async move {
+                    connection
+                        .req_packed_commands(pipeline, offset, count)
+                        .await
+                })
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(connection) => connection.get_db(),
+            Self::Cluster(cluster) => cluster.connection().get_db(),
+        }
+    }
+}
+
+/// What [`connect`] opens: the connection for commands, and a client per listed node for pub/sub
+/// (on a cluster, a message published on any node reaches subscribers on every node).
+pub struct Connected {
+    /// For commands.
+    pub connection: RedisConnection,
+    /// For subscriptions, tried in turn when one fails.
+    pub nodes: Vec<redis::Client>,
+}
+
+/// Connects, failing at once if Redis cannot be reached now.
+pub async fn connect(config: &RedisStoreConfig) -> Result<Connected, StoreError> {
+    let nodes = config
+        .nodes()
+        .into_iter()
+        .map(redis::Client::open)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| StoreError(format!("bad Redis URL: {e}")))?;
+    let Some(first) = nodes.first() else {
+        return Err(StoreError("no Redis URL given".into()));
+    };
+    let opening = async {
+        if config.is_cluster() {
+            let urls = config.nodes();
+            let client = redis::cluster::ClusterClient::builder(urls)
+                .connection_timeout(config.timeout)
+                .response_timeout(config.timeout)
+                .build()?;
+            let connection = client.get_async_connection().await?;
+            Ok(RedisConnection::Cluster(Arc::new(Cluster {
+                client,
+                current: Mutex::new(connection),
+                rediscovering: AtomicBool::new(false),
+                last_rediscovery: AtomicU64::new(0),
+                clock: Instant::now(),
+            })))
+        } else {
+            let manager_config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(config.timeout))
+                .set_response_timeout(Some(config.timeout))
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_millis(500));
+            let manager = ConnectionManager::new_with_config(first.clone(), manager_config).await?;
+            Ok(RedisConnection::Single(manager))
+        }
+    };
+    let connection = tokio::time::timeout(config.timeout * 3, opening)
+        .await
+        .map_err(|_| StoreError("timed out connecting to Redis".into()))?
+        .map_err(|e: redis::RedisError| StoreError(e.to_string()))?;
+    Ok(Connected { connection, nodes })
+}
+
+/// Runs one command, failing when Redis errs or does not answer within `timeout`.
+pub async fn query<T: redis::FromRedisValue>(
+    connection: &RedisConnection,
+    timeout: Duration,
+    command: &Cmd,
+) -> Result<T, StoreError> {
+    let mut calling = connection.clone();
+    connection
+        .bounded(timeout, command.query_async(&mut calling))
+        .await
+}
+
+/// Awaits a Redis call for at most `timeout`.
+pub(super) async fn bounded<T>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(StoreError(e.to_string())),
+        Err(_) => Err(StoreError(format!(
+            "Redis did not answer within {} ms",
+            timeout.as_millis()
+        ))),
+    }
+}

@@ -1,0 +1,157 @@
+//! The stores on a real Redis Cluster (six `redis-server` processes, three masters with a replica
+//! each): calls resume across servers, a state is used once, shares hold, messages reach every
+//! replica, and a master's death costs at most the continuations it had not replicated yet, which
+//! are answered with the clear "start over" error, never run twice.
+
+mod support;
+
+use std::time::Duration;
+
+use mcp_mrtr::mrtr::StateSealer;
+use mcp_mrtr::store::{Owner, RedisEventRelay, RedisStore, RedisStoreConfig};
+use serde_json::json;
+use support::redis_cluster::RedisCluster;
+use support::{ServerOptions, TestServer, accept};
+
+async fn server_on(cluster: &RedisCluster, keys: &str) -> TestServer {
+    TestServer::start_with(ServerOptions {
+        redis_url: Some(cluster.url()),
+        state_keys: Some(keys.to_owned()),
+        ..ServerOptions::default()
+    })
+    .await
+}
+
+fn config_of(cluster: &RedisCluster) -> RedisStoreConfig {
+    RedisStoreConfig {
+        url: cluster.url(),
+        prefix: format!("mcp-cluster-test-{}:", support::net::random_hex(6)),
+        timeout: Duration::from_secs(2),
+        cluster: true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_calls_resume_anywhere_once_and_shares_and_messages_hold() {
+    let cluster = RedisCluster::start();
+    let keys = StateSealer::generate_spec("cluster");
+    let (first, second) = (
+        server_on(&cluster, &keys).await,
+        server_on(&cluster, &keys).await,
+    );
+
+    // Conversations spread over every master's slots, each answered on the other server.
+    let answers = json!({"user_name": accept(json!({"name": "Ada"}))});
+    for _ in 0..20 {
+        let round1 = first.client().call_tool("greet", json!({})).await;
+        let state = round1.request_state();
+        let round2 = second
+            .client()
+            .retry("greet", json!({}), answers.clone(), Some(&state))
+            .await;
+        assert_eq!(round2.text(), "Hello, Ada!");
+        let replay = first
+            .client()
+            .retry("greet", json!({}), answers.clone(), Some(&state))
+            .await;
+        assert_eq!(replay.error_code(), -32602, "a state is used once");
+    }
+
+    // An owner past its share loses its own oldest entries, whatever node they live on.
+    let store = RedisStore::connect(config_of(&cluster), 3)
+        .await
+        .expect("the cluster answers");
+    let owner = Owner::new("user:mallory");
+    let left = support::redis::flood_and_take_back(&store, &owner, 6).await;
+    assert_eq!(left, [false, false, false, true, true, true]);
+
+    // A message published through one relay reaches every relay.
+    let config = config_of(&cluster);
+    let mut relays = Vec::new();
+    for _ in 0..2 {
+        relays.push(
+            RedisEventRelay::connect(&config, "events")
+                .await
+                .expect("subscribed"),
+        );
+    }
+    // On a cluster PUBLISH counts only the subscribers of the node it ran on: not checked.
+    relays[0].publish(b"changed").await.expect("published");
+    for relay in &mut relays {
+        let message = tokio::time::timeout(Duration::from_secs(5), relay.next_message()).await;
+        assert_eq!(message.ok().flatten().as_deref(), Some(&b"changed"[..]));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_dying_mid_conversation_costs_a_clear_start_over_never_a_double_run() {
+    let mut cluster = RedisCluster::start();
+    let keys = StateSealer::generate_spec("failover");
+    let (first, second) = (
+        server_on(&cluster, &keys).await,
+        server_on(&cluster, &keys).await,
+    );
+    let mut states = Vec::new();
+    for _ in 0..30 {
+        states.push(
+            first
+                .client()
+                .call_tool("greet", json!({}))
+                .await
+                .request_state(),
+        );
+    }
+    let victim = cluster.masters()[0];
+    cluster.kill_master(victim);
+
+    let answers = json!({"user_name": accept(json!({"name": "Grace"}))});
+    let (mut completed, mut start_over, mut unavailable) = (0, 0, 0);
+    for state in &states {
+        // While the servers learn the new topology a call may fail with -32603 (the store is
+        // unavailable; nothing was taken), and the client sends it again, as on any 5xx.
+        let mut reply = second
+            .client()
+            .retry("greet", json!({}), answers.clone(), Some(state))
+            .await;
+        for _ in 0..40 {
+            if reply.response().get("error").is_none() || reply.error_code() != -32603 {
+                break;
+            }
+            unavailable += 1;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            reply = second
+                .client()
+                .retry("greet", json!({}), answers.clone(), Some(state))
+                .await;
+        }
+        if reply.response().get("result").is_some() {
+            assert_eq!(reply.text(), "Hello, Grace!");
+            completed += 1;
+            let replay = first
+                .client()
+                .retry("greet", json!({}), answers.clone(), Some(state))
+                .await;
+            assert_eq!(replay.error_code(), -32602, "never run twice");
+        } else {
+            assert_eq!(reply.error_code(), -32602, "{}", reply.body_text());
+            let message = reply.error()["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            assert!(message.contains("start over"), "{message}");
+            start_over += 1;
+        }
+    }
+    println!(
+        "master on port {victim} killed: {completed} of 30 parked conversations completed on the \
+         promoted replica, {start_over} were told to start over; {unavailable} answers of \
+         -32603 (store unavailable) while the servers learned the new topology"
+    );
+    // The service goes on: a new conversation completes across servers.
+    let round1 = first.client().call_tool("greet", json!({})).await;
+    let round2 = second
+        .client()
+        .retry("greet", json!({}), answers, Some(&round1.request_state()))
+        .await;
+    assert_eq!(round2.text(), "Hello, Grace!");
+}

@@ -1,0 +1,200 @@
+//! A Redis Cluster of the test's own: six `redis-server` processes (three masters, each with a
+//! replica) on free ports, joined with `redis-cli --cluster create`, whose masters a test can kill
+//! to see a failover.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::net::{accepts_connections, random_hex};
+
+/// How long the cluster may take to form, or to fail over.
+const SETTLE_LIMIT: Duration = Duration::from_secs(60);
+/// How long a master may be silent before its replica takes over.
+const NODE_TIMEOUT_MS: u64 = 1_000;
+
+/// One node's port and process.
+struct Node {
+    port: u16,
+    child: Option<Child>,
+}
+
+/// Six nodes forming one cluster; every process is killed, and its folder removed, on drop.
+pub struct RedisCluster {
+    nodes: Vec<Node>,
+    dir: PathBuf,
+}
+
+/// A port that is free, and whose cluster bus port (10000 above it) is free too.
+fn free_node_port() -> u16 {
+    loop {
+        let listener =
+            TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free port on 127.0.0.1");
+        let port = listener.local_addr().expect("its address").port();
+        if port < 55_000 && TcpListener::bind((Ipv4Addr::LOCALHOST, port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("mcp-redis-cluster-{}", random_hex(8)));
+        std::fs::create_dir_all(&dir).expect("create the cluster's folder");
+        let mut cluster = Self {
+            nodes: Vec::new(),
+            dir,
+        };
+        for _ in 0..6 {
+            let port = free_node_port();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+                .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
+                // A replica takes over however long ago it last heard from its master.
+                .args(["--cluster-replica-validity-factor", "0"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(&cluster.dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server is installed");
+            cluster.nodes.push(Node {
+                port,
+                child: Some(child),
+            });
+        }
+        let deadline = Instant::now() + SETTLE_LIMIT;
+        for node in &cluster.nodes {
+            while !accepts_connections(node.port) {
+                assert!(
+                    Instant::now() < deadline,
+                    "node {} did not start",
+                    node.port
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let addresses: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port))
+            .collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli is installed");
+        assert!(
+            created.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+        cluster.wait_until_settled();
+        cluster
+    }
+
+    /// The node URLs, comma-separated, as `REDIS_URL` takes them.
+    pub fn url(&self) -> String {
+        self.nodes
+            .iter()
+            .filter(|node| node.child.is_some())
+            .map(|node| format!("redis://127.0.0.1:{}", node.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn cli(&self, port: u16, args: &[&str]) -> String {
+        let output = Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli is installed");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// What a live node says of the cluster's nodes.
+    pub fn nodes_view(&self) -> String {
+        let live = self.nodes.iter().find(|node| node.child.is_some());
+        live.map(|node| self.cli(node.port, &["cluster", "nodes"]))
+            .unwrap_or_default()
+    }
+
+    /// The ports of the nodes that are masters now.
+    pub fn masters(&self) -> Vec<u16> {
+        let live = self.nodes.iter().find(|node| node.child.is_some());
+        let Some(live) = live else { return Vec::new() };
+        self.cli(live.port, &["cluster", "nodes"])
+            .lines()
+            .filter(|line| line.contains("master") && !line.contains("fail"))
+            .filter_map(|line| line.split_whitespace().nth(1))
+            .filter_map(|address| address.split(['@', ':']).nth(1))
+            .filter_map(|port| port.parse().ok())
+            .collect()
+    }
+
+    /// Waits until every live node says the cluster is ok and every slot has a live master.
+    pub fn wait_until_settled(&self) {
+        let deadline = Instant::now() + SETTLE_LIMIT;
+        loop {
+            let settled = self
+                .nodes
+                .iter()
+                .filter(|node| node.child.is_some())
+                .all(|node| {
+                    self.cli(node.port, &["cluster", "info"])
+                        .contains("cluster_state:ok")
+                });
+            if settled && self.masters().len() == 3 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not settle: {}",
+                self.cli(self.nodes[0].port, &["cluster", "nodes"])
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Kills the master on `port` (SIGKILL, as a crash would) and waits until its replica has
+    /// taken over.
+    pub fn kill_master(&mut self, port: u16) {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|node| node.port == port)
+            .expect("a node of this cluster");
+        if let Some(mut child) = node.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // The dead master is still listed as one until the others agree it failed.
+        let deadline = Instant::now() + SETTLE_LIMIT;
+        while self.masters().contains(&port) {
+            assert!(
+                Instant::now() < deadline,
+                "no replica took over from {port}: {}",
+                self.nodes_view()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.wait_until_settled();
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
