@@ -75,8 +75,8 @@ async fn on_a_redis_cluster_calls_resume_anywhere_once_and_shares_and_messages_h
                 .expect("subscribed"),
         );
     }
-    // On a cluster PUBLISH counts only the subscribers of the node it ran on: not checked.
-    relays[0].publish(b"changed").await.expect("published");
+    let heard = relays[0].publish(b"changed").await.expect("published");
+    assert_eq!(heard, 2, "both relays subscribe on the channel's shard");
     for relay in &mut relays {
         let message = tokio::time::timeout(Duration::from_secs(5), relay.next_message()).await;
         assert_eq!(message.ok().flatten().as_deref(), Some(&b"changed"[..]));
@@ -101,7 +101,17 @@ async fn a_master_dying_mid_conversation_costs_a_clear_start_over_never_a_double
                 .request_state(),
         );
     }
-    let victim = cluster.masters()[0];
+    let config = config_of(&cluster);
+    let mut relays = Vec::new();
+    for _ in 0..2 {
+        relays.push(
+            RedisEventRelay::connect(&config, "events")
+                .await
+                .expect("subscribed"),
+        );
+    }
+    // The master of the relays' channel dies: they must subscribe again on its successor.
+    let victim = cluster.master_of(&format!("{}events", config.prefix));
     cluster.kill_master(victim);
 
     let answers = json!({"user_name": accept(json!({"name": "Grace"}))});
@@ -147,6 +157,29 @@ async fn a_master_dying_mid_conversation_costs_a_clear_start_over_never_a_double
          promoted replica, {start_over} were told to start over; {unavailable} answers of \
          -32603 (store unavailable) while the servers learned the new topology"
     );
+    // Messages flow again once the relays have subscribed on the promoted replica.
+    let restored = tokio::time::Instant::now();
+    for relay in 0..2 {
+        loop {
+            assert!(
+                restored.elapsed() < Duration::from_secs(45),
+                "relay {relay} never heard a message after the failover"
+            );
+            let _ = relays[0].publish(b"after-failover").await;
+            let heard =
+                tokio::time::timeout(Duration::from_millis(500), relays[relay].next_message());
+            if let Ok(Some(message)) = heard.await
+                && message == b"after-failover"
+            {
+                break;
+            }
+        }
+    }
+    println!(
+        "the relays heard messages again {:.1?} after the failover",
+        restored.elapsed()
+    );
+
     // The service goes on: a new conversation completes across servers.
     let round1 = first.client().call_tool("greet", json!({})).await;
     let round2 = second

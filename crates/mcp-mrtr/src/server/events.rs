@@ -145,15 +145,14 @@ async fn run_relay(
 }
 
 /// Publishes `event`; when that fails, or when no subscriber (this replica's own included) is
-/// connected to receive it, delivers it to this replica's listeners directly. (On a Redis Cluster
-/// the count covers one node only, so a zero proves nothing there.)
+/// connected to receive it, delivers it to this replica's listeners directly.
 async fn publish(
     relay: &RedisEventRelay,
     event: ServerEvent,
     local: &broadcast::Sender<ServerEvent>,
 ) {
     match relay.publish(&event.to_wire()).await {
-        Ok(0) if relay.counts_every_subscriber() => {
+        Ok(0) => {
             let _ = local.send(event);
         }
         Ok(_) => {}

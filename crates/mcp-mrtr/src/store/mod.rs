@@ -10,6 +10,7 @@ mod memory;
 mod redis;
 mod redis_connection;
 mod redis_events;
+mod redis_sharded;
 
 pub use memory::MemoryStore;
 pub use redis::RedisStore;

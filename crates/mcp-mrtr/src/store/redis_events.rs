@@ -1,4 +1,5 @@
-//! Messages between replicas over Redis pub/sub. Every replica publishes on a channel,
+//! Messages between replicas over Redis pub/sub (sharded pub/sub on a Redis Cluster, see
+//! [`redis_sharded`](super::redis_sharded)). Every replica publishes on a channel,
 //! `<prefix><topic>`, and subscribes to it: change events (`events`), so a `subscriptions/listen`
 //! stream on one replica hears about a change made through another, and legacy clients' answers
 //! (`answers`), so an answer POSTed to one replica reaches the call waiting on another.
@@ -28,6 +29,8 @@ const INCOMING_BUFFER: usize = 256;
 /// published (its own included). Dropping it ends the subscription.
 pub struct RedisEventRelay {
     connection: RedisConnection,
+    /// On a Redis Cluster: sharded pub/sub (`SPUBLISH`).
+    sharded: bool,
     channel: String,
     timeout: Duration,
     incoming: mpsc::Receiver<Vec<u8>>,
@@ -38,19 +41,25 @@ impl RedisEventRelay {
     pub async fn connect(config: &RedisStoreConfig, topic: &str) -> Result<Self, StoreError> {
         let connected = connect(config).await?;
         let channel = format!("{}{topic}", config.prefix);
-        let (subscription, node) =
-            subscribe_any(&connected.nodes, 0, &channel, config.timeout).await?;
         let (deliver, incoming) = mpsc::channel(INCOMING_BUFFER);
-        let subscriber = Subscriber {
-            nodes: connected.nodes,
-            node,
-            channel: channel.clone(),
-            timeout: config.timeout,
-            deliver,
-        };
-        tokio::spawn(subscriber.run(subscription));
+        let sharded = config.is_cluster();
+        if sharded {
+            super::redis_sharded::relay(config, &channel, deliver).await?;
+        } else {
+            let (subscription, node) =
+                subscribe_any(&connected.nodes, 0, &channel, config.timeout).await?;
+            let subscriber = Subscriber {
+                nodes: connected.nodes,
+                node,
+                channel: channel.clone(),
+                timeout: config.timeout,
+                deliver,
+            };
+            tokio::spawn(subscriber.run(subscription));
+        }
         Ok(Self {
             connection: connected.connection,
+            sharded,
             channel,
             timeout: config.timeout,
             incoming,
@@ -62,19 +71,10 @@ impl RedisEventRelay {
         &self.channel
     }
 
-    /// Whether [`publish`](Self::publish)'s count covers every subscriber. On a Redis Cluster it
-    /// counts only those of the node the message was published on.
-    pub fn counts_every_subscriber(&self) -> bool {
-        matches!(self.connection, RedisConnection::Single(_))
-    }
-
-    /// Publishes `payload`; returns how many subscribers (replicas, this one included) got it,
-    /// on one server (see [`counts_every_subscriber`](Self::counts_every_subscriber)).
+    /// Publishes `payload`; returns how many subscribers (replicas, this one included) got it.
     pub async fn publish(&self, payload: &[u8]) -> Result<u64, StoreError> {
-        let command = redis::cmd("PUBLISH")
-            .arg(&self.channel)
-            .arg(payload)
-            .clone();
+        let verb = if self.sharded { "SPUBLISH" } else { "PUBLISH" };
+        let command = redis::cmd(verb).arg(&self.channel).arg(payload).clone();
         query(&self.connection, self.timeout, &command).await
     }
 

@@ -124,6 +124,35 @@ impl RedisCluster {
             .unwrap_or_default()
     }
 
+    /// The port of the master that serves `key`'s slot now.
+    pub fn master_of(&self, key: &str) -> u16 {
+        let live = self.nodes.iter().find(|node| node.child.is_some());
+        let port = live.map(|node| node.port).expect("a live node");
+        let slot: u16 = self
+            .cli(port, &["cluster", "keyslot", key])
+            .trim()
+            .parse()
+            .expect("a slot number");
+        for line in self.cli(port, &["cluster", "nodes"]).lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if !fields.get(2).is_some_and(|flags| flags.contains("master")) {
+                continue;
+            }
+            let serves = fields.iter().skip(8).any(|range| {
+                let mut bounds = range.split('-').filter_map(|b| b.parse::<u16>().ok());
+                match (bounds.next(), bounds.next()) {
+                    (Some(low), Some(high)) => (low..=high).contains(&slot),
+                    (Some(only), None) => only == slot,
+                    _ => false,
+                }
+            });
+            if serves && let Some(port) = fields[1].split(['@', ':']).nth(1) {
+                return port.parse().expect("a port");
+            }
+        }
+        panic!("no master serves slot {slot}")
+    }
+
     /// The ports of the nodes that are masters now.
     pub fn masters(&self) -> Vec<u16> {
         let live = self.nodes.iter().find(|node| node.child.is_some());
