@@ -483,24 +483,38 @@ async fn one_users_flood_of_open_conversations_evicts_only_their_own() {
     assert_eq!(mallory_kept, 50, "mallory keeps exactly her share");
 }
 
-/// Opens a legacy session as an anonymous client calling from `local`.
-async fn open_session(url: &str, local: IpAddr) -> Option<String> {
+/// An anonymous legacy client calling from `local`, as a `POST` of `message` (in `session`).
+async fn legacy_post(
+    url: &str,
+    local: IpAddr,
+    session: Option<&str>,
+    message: Value,
+) -> Option<reqwest::Response> {
     let http = reqwest::Client::builder()
         .no_proxy()
         .local_address(local)
         .build()
         .expect("reqwest client");
-    let response = http
+    let mut request = http
         .post(url)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
-        .json(&json!({
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
-        }))
-        .send()
-        .await
-        .ok()?;
+        .json(&message);
+    if let Some(session) = session {
+        request = request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", LEGACY);
+    }
+    request.send().await.ok()
+}
+
+/// Opens a legacy session as an anonymous client calling from `local`.
+async fn open_session(url: &str, local: IpAddr) -> Option<String> {
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    });
+    let response = legacy_post(url, local, None, initialize).await?;
     response
         .headers()
         .get("mcp-session-id")
@@ -510,22 +524,12 @@ async fn open_session(url: &str, local: IpAddr) -> Option<String> {
 
 /// Whether the session still serves `tools/list`.
 async fn session_serves(url: &str, local: IpAddr, session: &str) -> bool {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .local_address(local)
-        .build()
-        .expect("reqwest client");
-    let response = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", session)
-        .header("mcp-protocol-version", LEGACY)
-        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
-        .send()
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    legacy_post(url, local, Some(session), list)
         .await
-        .expect("the server answers");
-    response.status().is_success()
+        .expect("the server answers")
+        .status()
+        .is_success()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
