@@ -147,13 +147,19 @@ impl Replica {
     }
 
     /// `true` once it accepts connections, `false` if it exited first.
+    ///
+    /// Serving means this run logged its endpoint: a port that accepts connections may belong to
+    /// another process that took it first (this replica then exits with "cannot listen").
     fn wait_until_serving(&mut self) -> bool {
+        const SERVING: &str = "MCP endpoint on";
+        let earlier_runs = read_log(&self.log).matches(SERVING).count();
         let deadline = Instant::now() + STARTUP_LIMIT;
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false;
             }
-            if TcpStream::connect(self.addr).is_ok() {
+            let logged = read_log(&self.log).matches(SERVING).count() > earlier_runs;
+            if logged && TcpStream::connect(self.addr).is_ok() {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(50));
