@@ -263,11 +263,9 @@ async fn connections_slow_to_send_headers_are_closed_and_others_are_served() {
         .map(|_| tokio::spawn(slow_headers(addr, opened)))
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let served = server.anonymous().request("tools/list").send().await;
+    let served = lists_tools(&server).await;
     assert!(
-        served.result()["tools"]
-            .as_array()
-            .is_some_and(|tools| !tools.is_empty()),
+        served,
         "a normal request is served while 200 connections dawdle"
     );
     let mut closed = Vec::new();
@@ -287,6 +285,14 @@ async fn connections_slow_to_send_headers_are_closed_and_others_are_served() {
         latest < Duration::from_secs(10),
         "the last slow connection was closed {latest:.1?} after opening, not after minutes"
     );
+}
+
+/// Whether a normal client gets the tool list.
+async fn lists_tools(server: &MovieServer) -> bool {
+    let reply = server.anonymous().request("tools/list").send().await;
+    reply.result()["tools"]
+        .as_array()
+        .is_some_and(|tools| !tools.is_empty())
 }
 
 fn address_of(url: &str) -> SocketAddr {
@@ -349,12 +355,10 @@ async fn idle_sockets_beyond_the_fd_limit_cannot_lock_others_out() {
         .expect("send a partial request");
     let short_sent = Instant::now();
 
-    let served = server.anonymous().request("tools/list").send().await;
+    let served = lists_tools(&server).await;
     let served_after = opened.elapsed();
     assert!(
-        served.result()["tools"]
-            .as_array()
-            .is_some_and(|tools| !tools.is_empty()),
+        served,
         "a normal request is served with {connected} idle sockets open"
     );
 

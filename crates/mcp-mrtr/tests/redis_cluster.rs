@@ -31,6 +31,16 @@ fn config_of(cluster: &RedisCluster) -> RedisStoreConfig {
     }
 }
 
+/// Two replicas' ends of the `events` channel.
+async fn two_relays(config: &RedisStoreConfig) -> Vec<RedisEventRelay> {
+    let mut relays = Vec::new();
+    for _ in 0..2 {
+        let relay = RedisEventRelay::connect(config, "events").await;
+        relays.push(relay.expect("subscribed"));
+    }
+    relays
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_redis_cluster_calls_resume_anywhere_once_and_shares_and_messages_hold() {
     let cluster = RedisCluster::start();
@@ -67,14 +77,7 @@ async fn on_a_redis_cluster_calls_resume_anywhere_once_and_shares_and_messages_h
 
     // A message published through one relay reaches every relay.
     let config = config_of(&cluster);
-    let mut relays = Vec::new();
-    for _ in 0..2 {
-        relays.push(
-            RedisEventRelay::connect(&config, "events")
-                .await
-                .expect("subscribed"),
-        );
-    }
+    let mut relays = two_relays(&config).await;
     let heard = relays[0].publish(b"changed").await.expect("published");
     assert_eq!(heard, 2, "both relays subscribe on the channel's shard");
     for relay in &mut relays {
@@ -102,14 +105,7 @@ async fn a_master_dying_mid_conversation_costs_a_clear_start_over_never_a_double
         );
     }
     let config = config_of(&cluster);
-    let mut relays = Vec::new();
-    for _ in 0..2 {
-        relays.push(
-            RedisEventRelay::connect(&config, "events")
-                .await
-                .expect("subscribed"),
-        );
-    }
+    let mut relays = two_relays(&config).await;
     // The master of the relays' channel dies: they must subscribe again on its successor.
     let victim = cluster.master_of(&format!("{}events", config.prefix));
     cluster.kill_master(victim);
