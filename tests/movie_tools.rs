@@ -59,6 +59,7 @@ on_both_backends!(
     a_client_that_cannot_ask_gets_want_to_watch_at_once,
     a_title_already_listed_is_refused_without_a_question,
     a_request_state_is_used_at_most_once,
+    fifty_conversations_adding_one_title_save_it_once,
     users_have_separate_watch_lists_and_states,
     the_watch_list_is_newest_first,
     invalid_and_expired_tokens_are_refused_with_401,
@@ -657,6 +658,46 @@ async fn a_request_state_is_used_at_most_once(backend: Backend) {
         "exactly one row for {title}: {list:?}"
     );
     assert_eq!(list.len(), 2, "{list:?}");
+}
+
+async fn fifty_conversations_adding_one_title_save_it_once(backend: Backend) {
+    const CONVERSATIONS: usize = 50;
+    let server = MovieServer::start(backend).await;
+    let alice = server.user("alice");
+    let arguments = json!({"subject": {"movieId": "8"}});
+
+    // Fifty first rounds at once: the title is not listed yet, so each one asks.
+    let first_rounds = futures::future::join_all(
+        (0..CONVERSATIONS).map(|_| alice.call("addToWatchlist", arguments.clone())),
+    )
+    .await;
+    let states: Vec<String> = first_rounds.iter().map(status_question).collect();
+
+    // Fifty answers at once: one saves the title, every other one is told it is already there.
+    let answer = json!({"status": accept(json!({"status": "WATCHED"}))});
+    let answers = futures::future::join_all(
+        states
+            .iter()
+            .map(|state| alice.retry("addToWatchlist", arguments.clone(), answer.clone(), state)),
+    )
+    .await;
+    let (refused, saved): (Vec<_>, Vec<_>) =
+        answers.iter().partition(|reply| is_error(complete(reply)));
+    assert_eq!(
+        (saved.len(), refused.len()),
+        (1, CONVERSATIONS - 1),
+        "one save and {} refusals",
+        CONVERSATIONS - 1
+    );
+    assert_eq!(saved_item(saved[0])["status"], "WATCHED");
+    for reply in refused {
+        let text = tool_error(reply);
+        assert!(text.contains(ALREADY_LISTED), "{text:?}");
+    }
+
+    let list = alice.watchlist().await;
+    assert_eq!(list.len(), 1, "one row: {list:?}");
+    assert_eq!(list[0]["content"]["title"], seed_movie_title(8), "{list:?}");
 }
 
 async fn users_have_separate_watch_lists_and_states(backend: Backend) {

@@ -1,7 +1,8 @@
 //! The load generator's client: one keep-alive HTTP/1.1 connection per loop (hyper, Nagle's
-//! algorithm off) and the two workloads, each round trip a `tools/call` answered `input_required`,
-//! then the retry with `inputResponses` and the `requestState`, answered `complete`. Every response
-//! is checked: the HTTP status, the `resultType`, the question asked and the final answer.
+//! algorithm off) and the workloads. An MRTR workload's round trip is a `tools/call` answered
+//! `input_required`, then the retry with `inputResponses` and the `requestState`, answered
+//! `complete`; a single-call workload's is one `tools/call` answered `complete`. Every response is
+//! checked: the HTTP status, the `resultType`, the question asked and the final answer.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -25,8 +26,18 @@ pub const ELICITATION_TOOL: &str = "test_input_required_result_elicitation";
 /// Its answer once the retry says the name is "bench".
 pub const ELICITATION_REPLY: &str = "Hello, bench!";
 const WATCHLIST_TOOL: &str = "addToWatchlist";
+const RECOMMEND_TOOL: &str = "recommendMoviesForMood";
+const SUMMARIZE_TOOL: &str = "summarizeMovieReviews";
 /// Movies of the seeded catalogue (ids 1 to 355).
-const SEEDED_MOVIES: u64 = 355;
+pub const SEEDED_MOVIES: u64 = 355;
+const MOODS: [&str; 6] = [
+    "COMFORT",
+    "ADVENTURE",
+    "ROMANCE",
+    "HORROR",
+    "THOUGHTFUL",
+    "COMEDY",
+];
 const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}"#;
 
 /// One keep-alive connection to a server.
@@ -91,18 +102,49 @@ pub enum Workload {
     Elicitation,
     /// `addToWatchlist` of a seeded movie, answered WATCHED, for a new user each time.
     Watchlist(Arc<Users>),
+    /// Single calls of `recommendMoviesForMood`, the moods in turn.
+    Recommend(Arc<AtomicU64>),
+    /// Single calls of `summarizeMovieReviews`, these movies (each with a summary) in turn.
+    Summarize(Arc<Turns>),
+    /// Recommendations and summaries in turn (the floor's single calls).
+    Calls(Arc<Turns>),
+}
+
+/// Movies to summarize, and a counter that takes them in turn.
+pub struct Turns {
+    movies: Vec<u64>,
+    next: AtomicU64,
+}
+
+impl Turns {
+    pub fn new(movies: Vec<u64>) -> anyhow::Result<Arc<Self>> {
+        anyhow::ensure!(!movies.is_empty(), "no movie to summarize");
+        Ok(Arc::new(Self {
+            movies,
+            next: AtomicU64::new(0),
+        }))
+    }
+
+    /// The turn's number and its movie.
+    fn next(&self) -> (u64, u64) {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        (n, self.movies[n as usize % self.movies.len()])
+    }
 }
 
 /// Signs in a new user for every watch-list round trip, so the unique index never refuses one.
 pub struct Users {
     secret: Vec<u8>,
+    /// Tells this run's users from another run's in a database that outlives runs.
+    run: String,
     next: AtomicU64,
 }
 
 impl Users {
-    pub fn new(secret: &str) -> Self {
+    pub fn new(secret: &str, run: &str) -> Self {
         Self {
             secret: secret.as_bytes().to_vec(),
+            run: run.to_owned(),
             next: AtomicU64::new(0),
         }
     }
@@ -112,7 +154,7 @@ impl Users {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let token = moviedb_mcp::auth::mint_token(
             &self.secret,
-            &format!("bench-{n}"),
+            &format!("bench-{}-{n}", self.run),
             Duration::from_secs(3600),
         )?;
         Ok((
@@ -123,8 +165,23 @@ impl Users {
 }
 
 impl Workload {
-    /// One full MRTR round trip, every answer checked.
+    /// One full MRTR round trip (or one single call), every answer checked.
     pub async fn round_trip(&self, connection: &mut Connection) -> anyhow::Result<()> {
+        match self {
+            Self::Recommend(next) => {
+                return recommend(connection, next.fetch_add(1, Ordering::Relaxed)).await;
+            }
+            Self::Summarize(turns) => return summarize(connection, turns.next().1).await,
+            Self::Calls(turns) => {
+                let (n, movie) = turns.next();
+                return if n % 2 == 0 {
+                    recommend(connection, n / 2).await
+                } else {
+                    summarize(connection, movie).await
+                };
+            }
+            Self::Elicitation | Self::Watchlist(_) => {}
+        }
         let asked = self.ask(connection).await?;
         let retry = call_body(
             asked.tool,
@@ -152,6 +209,9 @@ impl Workload {
                 "user_name",
                 r#"{"user_name":{"action":"accept","content":{"name":"bench"}}}"#,
             ),
+            Self::Recommend(_) | Self::Summarize(_) | Self::Calls(_) => {
+                anyhow::bail!("a single-call workload asks nothing")
+            }
             Self::Watchlist(users) => {
                 let (authorization, movie) = users.next()?;
                 (
@@ -204,9 +264,59 @@ impl Workload {
                     last.result_type
                 );
             }
+            Self::Recommend(_) | Self::Summarize(_) | Self::Calls(_) => {
+                anyhow::bail!("a single-call workload has no retry")
+            }
         }
         Ok(())
     }
+}
+
+/// One `recommendMoviesForMood` call (the `turn`th mood), checked for a list of movies.
+async fn recommend(connection: &mut Connection, turn: u64) -> anyhow::Result<()> {
+    let mood = MOODS[(turn % MOODS.len() as u64) as usize];
+    let arguments = format!(r#"{{"input":{{"mood":"{mood}"}}}}"#);
+    let body = call_body(RECOMMEND_TOOL, &arguments, None);
+    let last = answer(&connection.call(RECOMMEND_TOOL, None, body).await?)?;
+    let movies = last
+        .structured_content
+        .as_ref()
+        .and_then(|s| s.get("movies"))
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    anyhow::ensure!(
+        last.result_type == "complete" && !last.is_error && movies > 0,
+        "unexpected recommendations: {} with {movies} movies",
+        last.result_type
+    );
+    Ok(())
+}
+
+/// One `summarizeMovieReviews` call, checked for a written summary.
+pub async fn summarize(connection: &mut Connection, movie: u64) -> anyhow::Result<()> {
+    match summary_of(connection, movie).await? {
+        Some(_) => Ok(()),
+        None => anyhow::bail!("movie {movie} got no summary"),
+    }
+}
+
+/// The summary sentence of `movie`, if it has enough reviews for one.
+pub async fn summary_of(connection: &mut Connection, movie: u64) -> anyhow::Result<Option<String>> {
+    let arguments = format!(r#"{{"movieId":"{movie}"}}"#);
+    let body = call_body(SUMMARIZE_TOOL, &arguments, None);
+    let last = answer(&connection.call(SUMMARIZE_TOOL, None, body).await?)?;
+    anyhow::ensure!(
+        last.result_type == "complete" && !last.is_error,
+        "unexpected summary answer: {}",
+        last.result_type
+    );
+    Ok(last
+        .structured_content
+        .as_ref()
+        .and_then(|s| s.get("summary"))
+        .and_then(Value::as_str)
+        .filter(|text| !text.is_empty())
+        .map(str::to_owned))
 }
 
 /// A first round that asked: what the retry needs.

@@ -1,7 +1,9 @@
-//! The floor: an axum server with no MCP logic at all, answering the two requests of a round trip
-//! with fixed bytes shaped like the conformance example's answers (`input_required` with a
-//! 150-character `requestState`, then `complete`), chosen by whether the body carries a
-//! `requestState`. Served like ours: axum over hyper, Nagle's algorithm off, the default runtime.
+//! The floor: an axum server with no MCP logic at all, answering with fixed bytes. The two
+//! requests of a round trip get answers shaped like the conformance example's (`input_required`
+//! with a 150-character `requestState`, then `complete`, chosen by whether the body carries a
+//! `requestState`); a single call of `recommendMoviesForMood` or `summarizeMovieReviews` gets an
+//! answer shaped and sized like the movie server's (20 movies; a summary with themes). Served
+//! like ours: axum over hyper, Nagle's algorithm off, the default runtime.
 
 use std::net::SocketAddr;
 
@@ -11,14 +13,17 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
+use serde_json::json;
 
 use crate::client::ELICITATION_REPLY;
 
-/// The two answers, built once.
+/// The answers, built once.
 #[derive(Clone)]
 struct Replies {
     input_required: Bytes,
     complete: Bytes,
+    recommendations: Bytes,
+    summary: Bytes,
 }
 
 impl Replies {
@@ -30,11 +35,35 @@ impl Replies {
         let complete = format!(
             r#"{{"jsonrpc":"2.0","id":1,"result":{{"content":[{{"text":"{ELICITATION_REPLY}","type":"text"}}],"resultType":"complete"}}}}"#
         );
+        let movies: Vec<_> = (1..=20)
+            .map(|n| {
+                json!({"id": format!("{n}"), "title": format!("A Placeholder Feature, Part {n}"),
+                       "releaseYear": 1990 + n, "genre": "Drama", "rating": 9.0 - f64::from(n) / 10.0})
+            })
+            .collect();
+        let summary = json!({
+            "movieId": "42", "reviewCount": 12, "averageScore": 7.4,
+            "summary": "Reviewers praise the performances and the score, though several find the middle act slow.",
+            "themes": ["performances", "score", "pacing", "cinematography"]
+        });
         Self {
             input_required: input_required.into(),
             complete: complete.into(),
+            recommendations: structured(&json!({ "movies": movies })),
+            summary: structured(&summary),
         }
     }
+}
+
+/// A `complete` tool result carrying `content` as text and as structured content, as the movie
+/// tools answer.
+fn structured(content: &serde_json::Value) -> Bytes {
+    let reply = json!({"jsonrpc": "2.0", "id": 1, "result": {
+        "content": [{"type": "text", "text": content.to_string()}],
+        "structuredContent": content,
+        "resultType": "complete"
+    }});
+    reply.to_string().into()
 }
 
 /// Serves the floor on `bind` until the process is stopped.
@@ -51,10 +80,12 @@ pub async fn serve(bind: SocketAddr) -> anyhow::Result<()> {
 }
 
 async fn answer(State(replies): State<Replies>, body: Bytes) -> Response {
-    let retry = body
-        .windows(b"\"requestState\"".len())
-        .any(|window| window == b"\"requestState\"");
-    let reply = if retry {
+    let holds = |needle: &[u8]| body.windows(needle.len()).any(|window| window == needle);
+    let reply = if holds(b"\"recommendMoviesForMood\"") {
+        replies.recommendations
+    } else if holds(b"\"summarizeMovieReviews\"") {
+        replies.summary
+    } else if holds(b"\"requestState\"") {
         replies.complete
     } else {
         replies.input_required

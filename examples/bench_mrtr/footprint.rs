@@ -93,6 +93,34 @@ pub fn holds(condition: bool) -> &'static str {
     if condition { "holds" } else { "DOES NOT HOLD" }
 }
 
+/// The keys under `prefix`, of `kind` when given.
+async fn scan(
+    redis: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+    kind: Option<&str>,
+) -> anyhow::Result<Vec<String>> {
+    let mut keys = Vec::new();
+    let mut cursor = 0_u64;
+    loop {
+        let mut command = redis::cmd("SCAN");
+        command
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000);
+        if let Some(kind) = kind {
+            command.arg("TYPE").arg(kind);
+        }
+        let (next, batch): (u64, Vec<String>) = command.query_async(redis).await?;
+        keys.extend(batch);
+        if next == 0 {
+            return Ok(keys);
+        }
+        cursor = next;
+    }
+}
+
 /// Average Redis footprint of one parked continuation.
 pub struct PendingSize {
     pub keys: usize,
@@ -115,23 +143,8 @@ pub async fn pending_size(
     let mut redis = redis::Client::open(redis_url)?
         .get_multiplexed_async_connection()
         .await?;
-    let mut keys: Vec<String> = Vec::new();
-    let mut cursor = 0_u64;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut redis)
-            .await?;
-        keys.extend(batch);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
+    // Continuations are strings; each caller's index of them is a sorted set.
+    let keys = scan(&mut redis, prefix, Some("string")).await?;
     anyhow::ensure!(
         !keys.is_empty(),
         "no parked continuation found under {prefix}"
@@ -151,7 +164,7 @@ pub async fn pending_size(
             .query_async::<u64>(&mut redis)
             .await?;
     }
-    for batch in keys.chunks(500) {
+    for batch in scan(&mut redis, prefix, None).await?.chunks(500) {
         redis::cmd("DEL")
             .arg(batch)
             .query_async::<()>(&mut redis)

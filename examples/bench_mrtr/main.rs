@@ -2,12 +2,16 @@
 //! `inputResponses` and `requestState` → `complete`. In one run it starts, each in its own process,
 //! (a) the floor: a bare axum server answering those two requests with fixed bytes, (b) the
 //! conformance example on the in-memory store, (c) the same on the Redis store (`REDIS_URL`, or
-//! Redis on the default port if it answers), and (d) `moviedb-mcp` on its embedded SQLite database
-//! for `addToWatchlist` end to end (two rounds and the SQL write, a new signed-in user each time).
+//! Redis on the default port if it answers), (d) `moviedb-mcp` on its embedded SQLite database
+//! for `addToWatchlist` end to end (two rounds and the SQL write, a new signed-in user each time),
+//! (e) the same on PostgreSQL (`DATABASE_URL`, skipped when unset), and (f) `moviedb-mcp` for
+//! single calls of `recommendMoviesForMood` and of `summarizeMovieReviews` (summaries cached from
+//! a stand-in provider), measured against the floor answering single calls of the same shape.
 //! C client loops, each on its own keep-alive connection, drive one server at a time; the servers
 //! take turns in slices so that drift in the machine's speed affects all alike. Every response is
-//! checked. For each server it prints round trips/s, p50, p99, errors, the server's CPU time per
-//! round trip, and the ratios to the floor; then the Redis bytes one pending continuation takes.
+//! checked. For each server it prints round trips (or calls) per second, p50, p99, errors, the
+//! server's CPU time per round trip, and the ratios to its floor; then whether the goals hold, and
+//! the Redis bytes one pending continuation takes.
 //!
 //! ```sh
 //! cargo build --release --bins --examples && target/release/examples/bench_mrtr
@@ -22,6 +26,7 @@ mod common;
 mod floor;
 mod footprint;
 mod load;
+mod provider;
 mod report;
 mod servers;
 
@@ -30,7 +35,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use client::{Users, Workload};
+use client::{Connection, SEEDED_MOVIES, Turns, Users, Workload};
 use load::{Round, Target, Until};
 use moviedb_mcp::mrtr::StateSealer;
 use servers::{Binaries, Kind, Server};
@@ -66,19 +71,34 @@ struct Cli {
     /// Redis for the Redis store; when unset, the default is used if it answers.
     #[arg(long, env = "REDIS_URL")]
     redis_url: Option<String>,
+    /// PostgreSQL for the watchlist-pg row (this run's users are added to it, named
+    /// bench-<run>-<n>: point it at a scratch database); the row is skipped when unset.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
     /// Serve the floor on this address (used by the benchmark itself).
     #[arg(long, hide = true)]
     serve_floor: Option<SocketAddr>,
+    /// Serve the stand-in LLM provider on this address (used by the benchmark itself).
+    #[arg(long, hide = true)]
+    serve_provider: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Scenario {
-    /// The conformance example on the memory and Redis stores, and addToWatchlist.
+    /// All of the below.
     All,
     /// The conformance example on the memory and Redis stores.
     Mrtr,
-    /// addToWatchlist on moviedb-mcp.
+    /// addToWatchlist on moviedb-mcp, on SQLite and on PostgreSQL.
     Watchlist,
+    /// Single calls of recommendMoviesForMood and summarizeMovieReviews on moviedb-mcp.
+    Calls,
+}
+
+impl Scenario {
+    fn runs(self, part: Self) -> bool {
+        self == Self::All || self == part
+    }
 }
 
 #[tokio::main]
@@ -86,6 +106,9 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if let Some(bind) = cli.serve_floor {
         return floor::serve(bind).await;
+    }
+    if let Some(bind) = cli.serve_provider {
+        return provider::serve(bind).await;
     }
     anyhow::ensure!(
         cli.concurrency > 0 && cli.slices > 0,
@@ -117,9 +140,47 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
     let scratch = Scratch(std::env::temp_dir().join(format!("moviedb-bench-{run}")));
     let c = cli.concurrency;
 
-    let floor = Server::start(bins, &Kind::Floor, state_keys).await?;
-    let mut targets = vec![Target::connect("floor", floor, Workload::Elicitation, c).await?];
-    if cli.scenario != Scenario::Watchlist {
+    let moviedb = |data_dir: PathBuf, database_url: Option<String>, provider| {
+        let jwt_secret = &jwt_secret;
+        async move {
+            let kind = Kind::Moviedb {
+                data_dir: &data_dir,
+                jwt_secret,
+                redis: None,
+                database_url: database_url.as_deref(),
+                provider,
+            };
+            Server::start(bins, &kind, state_keys).await
+        }
+    };
+    let mut provider = None;
+    let mut calls = Vec::new();
+    if cli.scenario.runs(Scenario::Calls) {
+        let stand_in = Server::start(bins, &Kind::Provider, state_keys).await?;
+        let summarizing = moviedb(scratch.0.join("summarize"), None, Some(stand_in.addr)).await?;
+        provider = Some(stand_in);
+        // Summarizes every seeded movie once: the ones with a summary are the workload, and their
+        // summaries are cached from then on. Done before any connection is opened, so that none
+        // sits idle long enough for the server to close it.
+        let summarized = Turns::new(summarized_movies(summarizing.addr).await?)?;
+        let floor = Server::start(bins, &Kind::Floor, state_keys).await?;
+        let recommending = moviedb(scratch.0.join("recommend"), None, None).await?;
+        calls = vec![
+            ("floor-call", floor, Workload::Calls(summarized.clone())),
+            (
+                "recommend",
+                recommending,
+                Workload::Recommend(Default::default()),
+            ),
+            ("summarize", summarizing, Workload::Summarize(summarized)),
+        ];
+    }
+    let mut targets = Vec::new();
+    if cli.scenario != Scenario::Calls {
+        let floor = Server::start(bins, &Kind::Floor, state_keys).await?;
+        targets.push(Target::connect("floor", floor, Workload::Elicitation, c).await?);
+    }
+    if cli.scenario.runs(Scenario::Mrtr) {
         let memory = Server::start(bins, &Kind::Memory, state_keys).await?;
         targets.push(Target::connect("memory", memory, Workload::Elicitation, c).await?);
         if let Some(url) = &redis_url {
@@ -131,27 +192,34 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
             targets.push(Target::connect("redis", redis, Workload::Elicitation, c).await?);
         }
     }
-    if cli.scenario != Scenario::Mrtr {
-        let kind = Kind::Moviedb {
-            data_dir: &scratch.0.join("watchlist"),
-            jwt_secret: &jwt_secret,
-            redis: None,
-        };
-        let moviedb = Server::start(bins, &kind, state_keys).await?;
-        let users = Workload::Watchlist(Users::new(&jwt_secret).into());
-        targets.push(Target::connect("watchlist", moviedb, users, c).await?);
+    let tag = format!("{run}-{}", common::random_hex(4));
+    if cli.scenario.runs(Scenario::Watchlist) {
+        let server = moviedb(scratch.0.join("watchlist"), None, None).await?;
+        let users = Workload::Watchlist(Users::new(&jwt_secret, &tag).into());
+        targets.push(Target::connect("watchlist", server, users, c).await?);
+        if let Some(url) = &cli.database_url {
+            let server = moviedb(scratch.0.join("watchlist-pg"), Some(url.clone()), None).await?;
+            let users = Workload::Watchlist(Users::new(&jwt_secret, &tag).into());
+            targets.push(Target::connect("watchlist-pg", server, users, c).await?);
+        }
     }
-
+    for (name, server, workload) in calls {
+        targets.push(Target::connect(name, server, workload, c).await?);
+    }
     println!(
-        "MRTR round trips (tools/call -> input_required -> retry -> complete), {c} concurrent \
-         keep-alive clients, {:.1} s per server in {} alternating slices, {} cores\n",
+        "MRTR round trips (tools/call -> input_required -> retry -> complete) and single calls, {c} \
+         concurrent keep-alive clients, {:.1} s per server in {} alternating slices, {} cores\n",
         measured.as_secs_f64(),
         cli.slices,
         std::thread::available_parallelism().map_or(0, usize::from)
     );
-    for target in &mut targets {
-        let warm_up = Until::Deadline(Instant::now() + measured / 5);
-        target.run(&warm_up, Round::Full, false).await?;
+    // Warm-up and measurement both take turns in slices: a connection left unused for longer than
+    // the server's header-read timeout (10 s) would be closed.
+    for _ in 0..cli.slices {
+        for target in &mut targets {
+            let warm_up = Until::Deadline(Instant::now() + measured / 5 / cli.slices);
+            target.run(&warm_up, Round::Full, false).await?;
+        }
     }
     for _ in 0..cli.slices {
         for target in &mut targets {
@@ -164,23 +232,34 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
         .map(|target| (target.name, target.tally.figures()))
         .collect();
     report::table(&rows);
-    if cli.scenario != Scenario::Watchlist && redis_url.is_none() {
+    if cli.scenario.runs(Scenario::Mrtr) && redis_url.is_none() {
         println!("redis      (skipped: set REDIS_URL or start Redis on {DEFAULT_REDIS_URL})");
+    }
+    if cli.scenario.runs(Scenario::Watchlist) && cli.database_url.is_none() {
+        println!("watchlist-pg (skipped: set DATABASE_URL to a PostgreSQL database)");
     }
     println!();
     report::goals(&rows);
     for target in targets {
         target.server.stop().await;
     }
+    if let Some(provider) = provider {
+        provider.stop().await;
+    }
 
-    if let Some(url) = &redis_url {
+    let pending_redis = redis_url
+        .as_ref()
+        .filter(|_| cli.scenario.runs(Scenario::Watchlist));
+    if let Some(url) = pending_redis {
         let kind = Kind::Moviedb {
             data_dir: &scratch.0.join("pending"),
             jwt_secret: &jwt_secret,
             redis: Some((url, &prefix)),
+            database_url: None,
+            provider: None,
         };
         let server = Server::start(bins, &kind, state_keys).await?;
-        let users = Workload::Watchlist(Users::new(&jwt_secret).into());
+        let users = Workload::Watchlist(Users::new(&jwt_secret, &tag).into());
         let mut target = Target::connect("pending", server, users, c).await?;
         let size = footprint::pending_size(&mut target, url, &prefix, cli.pending).await?;
         target.server.stop().await;
@@ -191,6 +270,18 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
         );
     }
     Ok(())
+}
+
+/// The seeded movies that get a written summary, each summarized once through `addr`.
+async fn summarized_movies(addr: SocketAddr) -> anyhow::Result<Vec<u64>> {
+    let mut connection = Connection::open(addr).await?;
+    let mut movies = Vec::new();
+    for movie in 1..=SEEDED_MOVIES {
+        if client::summary_of(&mut connection, movie).await?.is_some() {
+            movies.push(movie);
+        }
+    }
+    Ok(movies)
 }
 
 /// A folder for this run's databases, removed at the end.

@@ -1,7 +1,8 @@
 //! The servers under test, each in its own process so that its CPU time can be read on its own
 //! (utime + stime from `/proc/<pid>/stat`) and the load generator's does not count: the floor (this
 //! binary again, in its hidden `--serve-floor` mode), the conformance example on the memory or the
-//! Redis store, and `moviedb-mcp` on its embedded SQLite database.
+//! Redis store, and `moviedb-mcp` on its embedded SQLite database or on PostgreSQL; and beside
+//! them the stand-in LLM provider (`--serve-provider`).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -43,9 +44,10 @@ impl Binaries {
     }
 }
 
-/// The server binary at `path`, which must exist; a warning when the library was built after it
-/// (`cargo run --example bench_mrtr` rebuilds the library but not the servers).
-fn built(path: &Path) -> anyhow::Result<&Path> {
+/// The server binary at `path`, which must exist; a warning when `library` (the crate it is built
+/// from) was built after it (`cargo run --example bench_mrtr` rebuilds the library but not the
+/// servers).
+fn built<'p>(path: &'p Path, library: &str) -> anyhow::Result<&'p Path> {
     let modified = |path: &Path| path.metadata().and_then(|m| m.modified()).ok();
     let Some(server) = modified(path) else {
         anyhow::bail!(
@@ -62,7 +64,7 @@ fn built(path: &Path) -> anyhow::Result<&Path> {
         .filter(|entry| {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            name.starts_with("libmoviedb_mcp-") && name.ends_with(".rlib")
+            name.starts_with(&format!("lib{library}-")) && name.ends_with(".rlib")
         })
         .filter_map(|entry| modified(&entry.path()))
         .max();
@@ -84,13 +86,18 @@ pub enum Kind<'a> {
     Memory,
     /// The conformance example on the Redis store, its keys under `prefix`.
     Redis { url: &'a str, prefix: &'a str },
-    /// `moviedb-mcp` on an embedded SQLite database in `data_dir`, checking tokens signed with
-    /// `jwt_secret`, its continuations in memory or in Redis at `(url, prefix)`.
+    /// `moviedb-mcp` on an embedded SQLite database in `data_dir` (or on `database_url`),
+    /// checking tokens signed with `jwt_secret`, its continuations in memory or in Redis at
+    /// `(url, prefix)`, its summaries from the stand-in `provider` when given.
     Moviedb {
         data_dir: &'a Path,
         jwt_secret: &'a str,
         redis: Option<(&'a str, &'a str)>,
+        database_url: Option<&'a str>,
+        provider: Option<SocketAddr>,
     },
+    /// The stand-in LLM provider.
+    Provider,
 }
 
 /// A running server process.
@@ -114,13 +121,18 @@ impl Server {
                     command.arg("--serve-floor").arg(addr.to_string());
                     command
                 }
+                Kind::Provider => {
+                    let mut command = Command::new(&bins.this);
+                    command.arg("--serve-provider").arg(addr.to_string());
+                    command
+                }
                 Kind::Memory | Kind::Redis { .. } => {
-                    let mut command = Command::new(built(&bins.conformance)?);
+                    let mut command = Command::new(built(&bins.conformance, "mcp_mrtr")?);
                     command.arg("--bind").arg(addr.to_string());
                     command
                 }
                 Kind::Moviedb { .. } => {
-                    let mut command = Command::new(built(&bins.moviedb)?);
+                    let mut command = Command::new(built(&bins.moviedb, "moviedb_mcp")?);
                     command.arg("--bind").arg(addr.to_string());
                     command
                 }
@@ -129,6 +141,7 @@ impl Server {
                 let name_text = name.to_string_lossy();
                 if name_text.starts_with("MOVIEDB_")
                     || name_text.starts_with("MCP_")
+                    || name_text.starts_with("OPENAI_")
                     || name_text == "REDIS_URL"
                     || name_text == "DATABASE_URL"
                 {
@@ -146,12 +159,22 @@ impl Server {
                     data_dir,
                     jwt_secret,
                     redis,
+                    database_url,
+                    provider,
                 } => {
                     command.arg("--data-dir").arg(data_dir);
                     command.env("MOVIEDB_JWT_SECRET", jwt_secret);
+                    if let Some(url) = database_url {
+                        command.env("DATABASE_URL", url);
+                    }
+                    if let Some(provider) = provider {
+                        command
+                            .env("MOVIEDB_LLM_BASE_URL", format!("http://{provider}/v1"))
+                            .env("MOVIEDB_LLM_MODEL", "bench-model");
+                    }
                     redis.as_ref().map(|(url, prefix)| (url, prefix))
                 }
-                Kind::Floor | Kind::Memory => None,
+                Kind::Floor | Kind::Memory | Kind::Provider => None,
             };
             if let Some((url, prefix)) = redis {
                 command.arg("--redis-url").arg(url);

@@ -1,5 +1,11 @@
 //! The catalogue in SQL: connecting (SQLite file or PostgreSQL), migrating, and every query the
 //! tools make. One set of queries serves both databases through sqlx's `Any` driver.
+//!
+//! Titles never change once written, so they are kept in memory ([`Titles`]): a round trip of
+//! `addToWatchlist` makes one read (is the title listed?) and one write (the user and the item,
+//! in one call). On SQLite, writes go through one connection and reads through
+//! others: SQLite lets one writer in at a time, and writers queueing on its lock would sleep in
+//! its busy handler instead of waiting their turn.
 
 use std::path::Path;
 use std::time::Duration;
@@ -11,9 +17,14 @@ use sqlx::{AnyPool, Row};
 use super::model::{
     Id, ItemContent, Mood, MovieSummary, Review, Title, WatchStatus, WatchlistItem,
 };
+use super::titles::Titles;
 
 /// How many movies one recommendation returns.
 pub const RECOMMENDATION_LIMIT: usize = 20;
+/// SQLite connections for reads; writes have one of their own.
+const SQLITE_READERS: u32 = 4;
+/// PostgreSQL connections, shared by reads and writes.
+const POSTGRES_CONNECTIONS: u32 = 16;
 
 /// Adding a title the viewer already has on the list.
 #[derive(Debug, thiserror::Error)]
@@ -24,14 +35,18 @@ pub enum AddError {
     Database(#[from] sqlx::Error),
 }
 
-#[derive(Clone)]
 pub struct Catalogue {
-    pool: AnyPool,
+    /// Reads: several SQLite connections, or the PostgreSQL pool.
+    reader: AnyPool,
+    /// Writes and migrations: one SQLite connection, or the same PostgreSQL pool.
+    writer: AnyPool,
     postgres: bool,
+    titles: Titles,
 }
 
 impl Catalogue {
-    /// Connects to `url` (`sqlite://…` or `postgres://…`) and brings the schema up to date.
+    /// Connects to `url` (`sqlite://…` or `postgres://…`), brings the schema up to date and loads
+    /// the titles.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
         install_default_drivers();
         let postgres = url.starts_with("postgres:") || url.starts_with("postgresql:");
@@ -40,41 +55,39 @@ impl Catalogue {
             postgres || sqlite,
             "DATABASE_URL must start with sqlite: or postgres:"
         );
-        let pool = AnyPoolOptions::new()
-            .max_connections(if postgres { 16 } else { 8 })
-            .acquire_timeout(Duration::from_secs(10))
-            .after_connect(move |conn, _| {
-                Box::pin(async move {
-                    if sqlite {
-                        // Readers and the single writer must not fail on each other's locks.
-                        sqlx::query("PRAGMA busy_timeout = 5000")
-                            .execute(&mut *conn)
-                            .await?;
-                        sqlx::query("PRAGMA foreign_keys = ON")
-                            .execute(&mut *conn)
-                            .await?;
-                    }
-                    Ok(())
-                })
-            })
-            .connect(url)
-            .await
-            .with_context(|| format!("cannot open the database at {}", redact(url)))?;
-        if sqlite {
+        let open = |connections: u32| async move {
+            pool_options(sqlite, connections)
+                .connect(url)
+                .await
+                .with_context(|| format!("cannot open the database at {}", redact(url)))
+        };
+        let (reader, writer) = if sqlite {
+            let writer = open(1).await?;
+            // WAL lets readers read while the writer writes; it is kept in the file.
             sqlx::query("PRAGMA journal_mode = WAL")
-                .execute(&pool)
+                .execute(&writer)
                 .await?;
             sqlx::migrate!("migrations/sqlite")
-                .run(&pool)
+                .run(&writer)
                 .await
                 .context("migrating the SQLite database")?;
+            (open(SQLITE_READERS).await?, writer)
         } else {
+            let pool = open(POSTGRES_CONNECTIONS).await?;
             sqlx::migrate!("migrations/postgres")
                 .run(&pool)
                 .await
                 .context("migrating the PostgreSQL database")?;
-        }
-        Ok(Self { pool, postgres })
+            (pool.clone(), pool)
+        };
+        let catalogue = Self {
+            reader,
+            writer,
+            postgres,
+            titles: Titles::default(),
+        };
+        catalogue.load_titles().await?;
+        Ok(catalogue)
     }
 
     /// The SQLite URL of the embedded database under `data_dir`, creating the folder.
@@ -90,13 +103,34 @@ impl Catalogue {
     /// Checks that the database answers.
     pub async fn ping(&self) -> sqlx::Result<()> {
         sqlx::query("SELECT 1")
-            .execute(&self.pool)
+            .execute(&self.reader)
             .await
             .map(|_| ())
     }
 
+    /// The connections that write (and seed).
     pub fn pool(&self) -> &AnyPool {
-        &self.pool
+        &self.writer
+    }
+
+    /// Keeps every title in memory, so that the tools look titles up without a query. Titles
+    /// added later (by `seed`, or another replica's catalogue) are looked up when first asked for.
+    pub async fn load_titles(&self) -> sqlx::Result<()> {
+        for (sql, kind) in [
+            (
+                "SELECT id, title FROM movies",
+                Title::Movie as fn(i64) -> Title,
+            ),
+            ("SELECT id, title FROM tv_shows", Title::TvShow),
+        ] {
+            let rows = sqlx::query(sql).fetch_all(&self.reader).await?;
+            let titles = rows
+                .iter()
+                .map(|row| Ok((kind(row.try_get("id")?), row.try_get("title")?)))
+                .collect::<sqlx::Result<Vec<_>>>()?;
+            self.titles.keep(titles);
+        }
+        Ok(())
     }
 
     pub fn is_postgres(&self) -> bool {
@@ -128,7 +162,7 @@ impl Catalogue {
             .bind(mood.as_str())
             .bind(user),
         };
-        let rows = query.fetch_all(&self.pool).await?;
+        let rows = query.fetch_all(&self.reader).await?;
         rows.iter()
             .map(|row| {
                 Ok(MovieSummary {
@@ -144,14 +178,21 @@ impl Catalogue {
 
     /// The title of a movie or show, if it exists.
     pub async fn title_of(&self, title: Title) -> sqlx::Result<Option<String>> {
+        if let Some(name) = self.titles.get(title) {
+            return Ok(Some(name));
+        }
         let (sql, id) = match title {
             Title::Movie(id) => ("SELECT title FROM movies WHERE id = $1", id),
             Title::TvShow(id) => ("SELECT title FROM tv_shows WHERE id = $1", id),
         };
-        sqlx::query_scalar(sql)
+        let name: Option<String> = sqlx::query_scalar(sql)
             .bind(id)
-            .fetch_optional(&self.pool)
-            .await
+            .fetch_optional(&self.reader)
+            .await?;
+        if let Some(name) = &name {
+            self.titles.keep([(title, name.clone())]);
+        }
+        Ok(name)
     }
 
     pub async fn reviews(&self, movie_id: i64) -> sqlx::Result<Vec<Review>> {
@@ -159,7 +200,7 @@ impl Catalogue {
             "SELECT score, comment, author FROM reviews WHERE movie_id = $1 ORDER BY id",
         )
         .bind(movie_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.reader)
         .await?;
         rows.iter()
             .map(|row| {
@@ -180,24 +221,22 @@ impl Catalogue {
         .bind(review.score)
         .bind(&review.comment)
         .bind(&review.author)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(())
     }
 
     /// The id of the user called `name`, created on first use.
     pub async fn ensure_user(&self, name: &str) -> sqlx::Result<i64> {
-        sqlx::query(
-            "INSERT INTO users (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+        // One statement whether or not the row exists: the no-op update makes RETURNING answer.
+        sqlx::query_scalar(
+            "INSERT INTO users (name, created_at) VALUES ($1, $2) \
+             ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id",
         )
         .bind(name)
         .bind(now_millis())
-        .execute(&self.pool)
-        .await?;
-        sqlx::query_scalar("SELECT id FROM users WHERE name = $1")
-            .bind(name)
-            .fetch_one(&self.pool)
-            .await
+        .fetch_one(&self.writer)
+        .await
     }
 
     /// Whether `user` already has `title` on their list.
@@ -215,13 +254,14 @@ impl Catalogue {
         let count: i64 = sqlx::query_scalar(sql)
             .bind(user)
             .bind(id)
-            .fetch_one(&self.pool)
+            .fetch_one(&self.reader)
             .await?;
         Ok(count > 0)
     }
 
-    /// Puts `title` on `user`'s list. The unique index decides races: a second add of the same
-    /// title fails with [`AddError::AlreadyListed`] and writes nothing.
+    /// Puts `title` on `user`'s list, creating the user on first use. The unique index decides
+    /// races: a second add of the same title fails with [`AddError::AlreadyListed`] and writes
+    /// nothing.
     pub async fn add_to_watchlist(
         &self,
         user: &str,
@@ -229,33 +269,41 @@ impl Catalogue {
         name: &str,
         status: WatchStatus,
     ) -> Result<WatchlistItem, AddError> {
-        let user_id = self.ensure_user(user).await?;
         let (movie_id, tv_show_id) = match title {
             Title::Movie(id) => (Some(id), None),
             Title::TvShow(id) => (None, Some(id)),
         };
         let added_at = now_millis();
-        let inserted = sqlx::query_scalar::<_, i64>(
-            "INSERT INTO watchlist_items (user_id, movie_id, tv_show_id, status, added_at) VALUES ($1, $2, $3, $4, $5) RETURNING id",
-        )
-        .bind(user_id)
-        .bind(movie_id)
-        .bind(tv_show_id)
-        .bind(status.as_str())
-        .bind(added_at)
-        .fetch_one(&self.pool)
-        .await;
-        match inserted {
-            Ok(id) => Ok(WatchlistItem {
+        // One trip to the database: PostgreSQL takes the user upsert as a data-modifying CTE;
+        // SQLite has none, but runs both statements of one query string in a single call.
+        let sql = if self.postgres {
+            "WITH member AS (INSERT INTO users (name, created_at) VALUES ($1, $2) \
+             ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id) \
+             INSERT INTO watchlist_items (user_id, movie_id, tv_show_id, status, added_at) \
+             SELECT id, $3, $4, $5, $2 FROM member ON CONFLICT DO NOTHING RETURNING id"
+        } else {
+            "INSERT INTO users (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING; \
+             INSERT INTO watchlist_items (user_id, movie_id, tv_show_id, status, added_at) \
+             SELECT id, $3, $4, $5, $2 FROM users WHERE name = $1 ON CONFLICT DO NOTHING RETURNING id"
+        };
+        // Every row of every statement: the `Any` driver's `fetch_optional` would stop at the
+        // first statement's end, before the row of the second.
+        let inserted: Vec<i64> = sqlx::query_scalar(sql)
+            .bind(user)
+            .bind(added_at)
+            .bind(movie_id)
+            .bind(tv_show_id)
+            .bind(status.as_str())
+            .fetch_all(&self.writer)
+            .await?;
+        match inserted.first().copied() {
+            Some(id) => Ok(WatchlistItem {
                 id: Id(id),
                 status,
                 added_at: rfc3339(added_at),
                 content: content(title, name.to_owned()),
             }),
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                Err(AddError::AlreadyListed(format!("\"{name}\"")))
-            }
-            Err(e) => Err(e.into()),
+            None => Err(AddError::AlreadyListed(format!("\"{name}\""))),
         }
     }
 
@@ -268,7 +316,7 @@ impl Catalogue {
              WHERE u.name = $1 ORDER BY w.added_at DESC, w.id DESC",
         )
         .bind(user)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.reader)
         .await?;
         rows.iter()
             .map(|row| {
@@ -294,6 +342,31 @@ impl Catalogue {
             })
             .collect()
     }
+}
+
+/// Pool settings: on SQLite every connection waits up to 5 s for a lock, checks foreign keys, and
+/// syncs the WAL at checkpoints rather than at every commit (`synchronous = NORMAL`: a power cut
+/// may lose the last commits, never corrupt the file). A SQLite connection is a file handle
+/// with nothing to go stale, so it is not pinged before each use.
+fn pool_options(sqlite: bool, connections: u32) -> AnyPoolOptions {
+    AnyPoolOptions::new()
+        .max_connections(connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .test_before_acquire(!sqlite)
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                if sqlite {
+                    for pragma in [
+                        "PRAGMA busy_timeout = 5000",
+                        "PRAGMA foreign_keys = ON",
+                        "PRAGMA synchronous = NORMAL",
+                    ] {
+                        sqlx::query(pragma).execute(&mut *conn).await?;
+                    }
+                }
+                Ok(())
+            })
+        })
 }
 
 fn content(title: Title, name: String) -> ItemContent {

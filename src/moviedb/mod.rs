@@ -7,6 +7,7 @@ pub mod model;
 pub mod seed;
 pub mod summarizer;
 pub mod summary;
+mod titles;
 pub mod tools;
 
 pub use catalogue::Catalogue;

@@ -141,7 +141,7 @@ impl WatchStatus {
 }
 
 /// A movie or a TV show, by id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Title {
     Movie(i64),
     TvShow(i64),

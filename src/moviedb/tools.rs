@@ -258,18 +258,20 @@ async fn add_to_watchlist(
         }
     };
     // Check before asking: no question about a title that does not exist or is already listed.
-    let name = ctx
-        .remember("title", || async {
-            catalogue.title_of(title).await.map_err(internal)
-        })
-        .await?;
-    let Some(name) = name else {
+    let Some(name) = catalogue.title_of(title).await.map_err(internal)? else {
         return Ok(CallToolResult::error(format!(
             "There is no {}.",
             title.describe()
         )));
     };
-    if catalogue.is_listed(&user, title).await.map_err(internal)? {
+    // Checked once, before the question: after the answer, the insert itself refuses a title
+    // listed in the meantime.
+    let listed = ctx
+        .remember("listed", || async {
+            catalogue.is_listed(&user, title).await.map_err(internal)
+        })
+        .await?;
+    if listed {
         return Ok(CallToolResult::error(format!(
             "\"{name}\" is already in your watch list."
         )));
