@@ -1,23 +1,29 @@
 //! The catalogue in SQL: connecting (SQLite file or PostgreSQL), migrating, and every query the
 //! tools make. One set of queries serves both databases through sqlx's `Any` driver.
 //!
-//! Titles never change once written, so they are kept in memory ([`Titles`]): a round trip of
-//! `addToWatchlist` makes one read (is the title listed?) and one write (the user and the item,
-//! in one call). On SQLite, writes go through one connection and reads through
+//! Titles never change once written, so they are kept in memory ([`Titles`]). The watch-list
+//! checks and additions of concurrent callers go to the database together, a group per statement
+//! ([`watchlist_batches`]): a round trip of `addToWatchlist` takes part in one read (is the title
+//! listed?) and one write (the user and the item). On SQLite, writes go through one connection and reads through
 //! others: SQLite lets one writer in at a time, and writers queueing on its lock would sleep in
 //! its busy handler instead of waiting their turn.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{AnyPool, Row};
 
+use super::batch::{Batch, DatabaseError};
+use super::catalogue_batches;
+use super::fresh::Fresh;
 use super::model::{
     Id, ItemContent, Mood, MovieSummary, Review, Title, WatchStatus, WatchlistItem,
 };
 use super::titles::Titles;
+use super::watchlist_batches::{self, ListedCheck, NewItem};
 
 /// How many movies one recommendation returns.
 pub const RECOMMENDATION_LIMIT: usize = 20;
@@ -25,6 +31,9 @@ pub const RECOMMENDATION_LIMIT: usize = 20;
 const SQLITE_READERS: u32 = 4;
 /// PostgreSQL connections, shared by reads and writes.
 const POSTGRES_CONNECTIONS: u32 = 16;
+/// Groups of watch-list checks, and of additions, under way at once on PostgreSQL (on SQLite:
+/// one per reader, and one for the single writer).
+const POSTGRES_BATCHES: usize = 4;
 
 /// Adding a title the viewer already has on the list.
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +41,7 @@ pub enum AddError {
     #[error("{0} is already in your watch list")]
     AlreadyListed(String),
     #[error(transparent)]
-    Database(#[from] sqlx::Error),
+    Database(#[from] DatabaseError),
 }
 
 pub struct Catalogue {
@@ -42,6 +51,13 @@ pub struct Catalogue {
     writer: AnyPool,
     postgres: bool,
     titles: Titles,
+    versions: Batch<(), i64>,
+    recommendations: Batch<Mood, Arc<[MovieSummary]>>,
+    recommended: Fresh<Mood, Arc<[MovieSummary]>>,
+    reviews: Batch<i64, Arc<[Review]>>,
+    reviewed: Fresh<i64, Arc<[Review]>>,
+    listed_checks: Batch<ListedCheck, bool>,
+    additions: Batch<NewItem, Option<i64>>,
 }
 
 impl Catalogue {
@@ -80,7 +96,19 @@ impl Catalogue {
                 .context("migrating the PostgreSQL database")?;
             (pool.clone(), pool)
         };
+        let (reads, writes) = if postgres {
+            (POSTGRES_BATCHES, POSTGRES_BATCHES)
+        } else {
+            (SQLITE_READERS as usize, 1)
+        };
         let catalogue = Self {
+            versions: catalogue_batches::versions(reader.clone()),
+            recommendations: catalogue_batches::recommendations(reader.clone(), reads),
+            recommended: Fresh::new(),
+            reviews: catalogue_batches::reviews(reader.clone(), reads),
+            reviewed: Fresh::new(),
+            listed_checks: watchlist_batches::listed_checks(reader.clone(), reads),
+            additions: watchlist_batches::additions(writer.clone(), postgres, writes),
             reader,
             writer,
             postgres,
@@ -143,27 +171,30 @@ impl Catalogue {
         &self,
         mood: Mood,
         watched_by: Option<&str>,
-    ) -> sqlx::Result<Vec<MovieSummary>> {
-        // LIMIT is RECOMMENDATION_LIMIT.
-        let query = match watched_by {
-            None => sqlx::query(
-                "SELECT m.id, m.title, m.release_year, m.genre, m.rating FROM movies m \
-                 JOIN movie_moods mm ON mm.movie_id = m.id WHERE mm.mood = $1 \
-                 ORDER BY m.rating DESC, m.id ASC LIMIT 20",
-            )
-            .bind(mood.as_str()),
-            Some(user) => sqlx::query(
-                "SELECT m.id, m.title, m.release_year, m.genre, m.rating FROM movies m \
-                 JOIN movie_moods mm ON mm.movie_id = m.id WHERE mm.mood = $1 \
-                 AND NOT EXISTS (SELECT 1 FROM watchlist_items w JOIN users u ON u.id = w.user_id \
-                 WHERE w.movie_id = m.id AND w.status = 'WATCHED' AND u.name = $2) \
-                 ORDER BY m.rating DESC, m.id ASC LIMIT 20",
-            )
-            .bind(mood.as_str())
-            .bind(user),
+    ) -> Result<Arc<[MovieSummary]>, DatabaseError> {
+        let Some(user) = watched_by else {
+            let version = self.versions.ask(()).await?;
+            if let Some(movies) = self.recommended.get(version, &mood) {
+                return Ok(movies);
+            }
+            let movies = self.recommendations.ask(mood).await?;
+            self.recommended.put(version, mood, movies.clone());
+            return Ok(movies);
         };
-        let rows = query.fetch_all(&self.reader).await?;
-        rows.iter()
+        // LIMIT is RECOMMENDATION_LIMIT.
+        let rows = sqlx::query(
+            "SELECT m.id, m.title, m.release_year, m.genre, m.rating FROM movies m \
+             JOIN movie_moods mm ON mm.movie_id = m.id WHERE mm.mood = $1 \
+             AND NOT EXISTS (SELECT 1 FROM watchlist_items w JOIN users u ON u.id = w.user_id \
+             WHERE w.movie_id = m.id AND w.status = 'WATCHED' AND u.name = $2) \
+             ORDER BY m.rating DESC, m.id ASC LIMIT 20",
+        )
+        .bind(mood.as_str())
+        .bind(user)
+        .fetch_all(&self.reader)
+        .await?;
+        let movies = rows
+            .iter()
             .map(|row| {
                 Ok(MovieSummary {
                     id: Id(row.try_get("id")?),
@@ -173,7 +204,8 @@ impl Catalogue {
                     rating: row.try_get("rating")?,
                 })
             })
-            .collect()
+            .collect::<sqlx::Result<Vec<_>>>()?;
+        Ok(movies.into())
     }
 
     /// The title of a movie or show, if it exists.
@@ -195,22 +227,15 @@ impl Catalogue {
         Ok(name)
     }
 
-    pub async fn reviews(&self, movie_id: i64) -> sqlx::Result<Vec<Review>> {
-        let rows = sqlx::query(
-            "SELECT score, comment, author FROM reviews WHERE movie_id = $1 ORDER BY id",
-        )
-        .bind(movie_id)
-        .fetch_all(&self.reader)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Review {
-                    score: row.try_get("score")?,
-                    comment: row.try_get("comment")?,
-                    author: row.try_get("author")?,
-                })
-            })
-            .collect()
+    /// The reviews of a movie, oldest first.
+    pub async fn reviews(&self, movie_id: i64) -> Result<Arc<[Review]>, DatabaseError> {
+        let version = self.versions.ask(()).await?;
+        if let Some(reviews) = self.reviewed.get(version, &movie_id) {
+            return Ok(reviews);
+        }
+        let reviews = self.reviews.ask(movie_id).await?;
+        self.reviewed.put(version, movie_id, reviews.clone());
+        Ok(reviews)
     }
 
     pub async fn add_review(&self, movie_id: i64, review: &Review) -> sqlx::Result<()> {
@@ -240,23 +265,12 @@ impl Catalogue {
     }
 
     /// Whether `user` already has `title` on their list.
-    pub async fn is_listed(&self, user: &str, title: Title) -> sqlx::Result<bool> {
-        let (sql, id) = match title {
-            Title::Movie(id) => (
-                "SELECT COUNT(*) FROM watchlist_items w JOIN users u ON u.id = w.user_id WHERE u.name = $1 AND w.movie_id = $2",
-                id,
-            ),
-            Title::TvShow(id) => (
-                "SELECT COUNT(*) FROM watchlist_items w JOIN users u ON u.id = w.user_id WHERE u.name = $1 AND w.tv_show_id = $2",
-                id,
-            ),
+    pub async fn is_listed(&self, user: &str, title: Title) -> Result<bool, DatabaseError> {
+        let check = ListedCheck {
+            user: user.to_owned(),
+            title,
         };
-        let count: i64 = sqlx::query_scalar(sql)
-            .bind(user)
-            .bind(id)
-            .fetch_one(&self.reader)
-            .await?;
-        Ok(count > 0)
+        self.listed_checks.ask(check).await
     }
 
     /// Puts `title` on `user`'s list, creating the user on first use. The unique index decides
@@ -269,34 +283,14 @@ impl Catalogue {
         name: &str,
         status: WatchStatus,
     ) -> Result<WatchlistItem, AddError> {
-        let (movie_id, tv_show_id) = match title {
-            Title::Movie(id) => (Some(id), None),
-            Title::TvShow(id) => (None, Some(id)),
+        let item = NewItem {
+            user: user.to_owned(),
+            title,
+            status,
+            added_at: now_millis(),
         };
-        let added_at = now_millis();
-        // One trip to the database: PostgreSQL takes the user upsert as a data-modifying CTE;
-        // SQLite has none, but runs both statements of one query string in a single call.
-        let sql = if self.postgres {
-            "WITH member AS (INSERT INTO users (name, created_at) VALUES ($1, $2) \
-             ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id) \
-             INSERT INTO watchlist_items (user_id, movie_id, tv_show_id, status, added_at) \
-             SELECT id, $3, $4, $5, $2 FROM member ON CONFLICT DO NOTHING RETURNING id"
-        } else {
-            "INSERT INTO users (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING; \
-             INSERT INTO watchlist_items (user_id, movie_id, tv_show_id, status, added_at) \
-             SELECT id, $3, $4, $5, $2 FROM users WHERE name = $1 ON CONFLICT DO NOTHING RETURNING id"
-        };
-        // Every row of every statement: the `Any` driver's `fetch_optional` would stop at the
-        // first statement's end, before the row of the second.
-        let inserted: Vec<i64> = sqlx::query_scalar(sql)
-            .bind(user)
-            .bind(added_at)
-            .bind(movie_id)
-            .bind(tv_show_id)
-            .bind(status.as_str())
-            .fetch_all(&self.writer)
-            .await?;
-        match inserted.first().copied() {
+        let added_at = item.added_at;
+        match self.additions.ask(item).await? {
             Some(id) => Ok(WatchlistItem {
                 id: Id(id),
                 status,

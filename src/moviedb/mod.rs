@@ -2,12 +2,16 @@
 //! provider's), the watch list, and the tools that expose them. Nothing here knows about the MCP
 //! transport or JSON-RPC; tools talk to the user only through the MRTR request context.
 
+mod batch;
 pub mod catalogue;
+mod catalogue_batches;
+mod fresh;
 pub mod model;
 pub mod seed;
 pub mod summarizer;
 pub mod summary;
 mod titles;
 pub mod tools;
+mod watchlist_batches;
 
 pub use catalogue::Catalogue;

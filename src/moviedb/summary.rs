@@ -83,16 +83,14 @@ pub fn band_sentence(average: f64, count: usize) -> String {
 
 /// Up to five themes, the most often mentioned first.
 pub fn themes(reviews: &[Review]) -> Vec<String> {
+    let comments: Vec<String> = reviews.iter().map(|r| r.comment.to_lowercase()).collect();
     let mut counted: Vec<(usize, usize, &str)> = THEMES
         .iter()
         .enumerate()
         .map(|(order, (theme, words))| {
-            let mentions = reviews
+            let mentions = comments
                 .iter()
-                .filter(|review| {
-                    let comment = review.comment.to_lowercase();
-                    words.iter().any(|word| comment.contains(word))
-                })
+                .filter(|comment| words.iter().any(|word| comment.contains(word)))
                 .count();
             (mentions, order, *theme)
         })

@@ -39,9 +39,9 @@ pub struct RecommendArgs {
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Recommendations {
+pub struct Recommendations<'a> {
     /// Highest rating first, equal ratings by id.
-    pub movies: Vec<MovieSummary>,
+    pub movies: &'a [MovieSummary],
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -133,7 +133,7 @@ pub fn register(registry: &mut Registry, catalogue: Arc<Catalogue>, summarizer: 
                 move |ctx, args: RecommendArgs| recommend(for_recommend.clone(), ctx, args),
             )
             .title("Recommend Movies For Mood")
-            .output::<Recommendations>()
+            .output::<Recommendations<'static>>()
             .annotations(hints("Recommend Movies For Mood", true)),
         )
         .add_tool(
@@ -188,7 +188,9 @@ async fn recommend(
         .recommend(args.input.mood, watched_by)
         .await
         .map_err(internal)?;
-    Ok(CallToolResult::structured(&Recommendations { movies }))
+    Ok(CallToolResult::structured(&Recommendations {
+        movies: &movies,
+    }))
 }
 
 async fn summarize(

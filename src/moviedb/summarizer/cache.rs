@@ -8,6 +8,7 @@
 //! key share one computation. When the server runs with Redis, Redis is a second tier shared by
 //! every replica, so one replica's provider call serves them all; Redis errors count as misses.
 
+use std::fmt::Write as _;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -43,8 +44,11 @@ impl SummaryKey {
             field(review.author.as_bytes());
             field(review.comment.as_bytes());
         }
-        let fingerprint: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        Self(format!("summary:{movie_id}:{fingerprint}"))
+        let mut key = format!("summary:{movie_id}:");
+        for byte in hash.finalize() {
+            let _ = write!(key, "{byte:02x}");
+        }
+        Self(key)
     }
 
     pub fn as_str(&self) -> &str {

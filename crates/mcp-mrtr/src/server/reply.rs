@@ -142,7 +142,7 @@ mod tests {
     fn a_typed_result_is_written_as_its_json_tree_would_be() {
         let result = CallToolResult {
             content: vec![Content::text("hi")],
-            structured_content: Some(json!({"a": 1})),
+            structured_content: serde_json::value::RawValue::from_string(r#"{"a":1}"#.into()).ok(),
             is_error: true,
         };
         let tree = complete(
