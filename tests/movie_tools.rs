@@ -46,6 +46,7 @@ macro_rules! on_both_backends {
 on_both_backends!(
     recommendations_are_the_best_rated_movies_for_the_mood_in_a_stable_order,
     an_unknown_mood_is_a_tool_error,
+    a_change_to_the_catalogue_shows_in_the_next_answer,
     exclude_watched_leaves_out_only_what_this_user_watched,
     movies_with_too_few_reviews_get_counts_only,
     reviews_are_summarized_with_their_band_themes_and_average,
@@ -143,6 +144,47 @@ async fn recommendations_are_the_best_rated_movies_for_the_mood_in_a_stable_orde
             "the best-rated {mood} movies, ties by id"
         );
     }
+}
+
+async fn a_change_to_the_catalogue_shows_in_the_next_answer(backend: Backend) {
+    let server = MovieServer::start(backend).await;
+    let user = server.anonymous();
+    let before = recommend(&user, json!({"mood": "COMEDY"})).await;
+    let last = ids(&before)
+        .last()
+        .copied()
+        .expect("some comedies are recommended");
+
+    // Another writer (an operator, another process) makes the last comedy the best rated, and
+    // writes a review: the next answers show both, without waiting for anything to expire.
+    let database = server.database().await;
+    sqlx::query("UPDATE movies SET rating = 10 WHERE id = $1")
+        .bind(last)
+        .execute(&database)
+        .await
+        .expect("rate the movie");
+    let after = recommend(&user, json!({"mood": "COMEDY"})).await;
+    assert_eq!(
+        ids(&after).first(),
+        Some(&last),
+        "the newly top-rated comedy leads: {after:?}"
+    );
+    let reviews_before = summarize(&user, last).await["reviewCount"]
+        .as_i64()
+        .unwrap_or_default();
+    sqlx::query(
+        "INSERT INTO reviews (movie_id, score, comment, author) VALUES ($1, 10, 'A new favourite.', 'late_fan')",
+    )
+    .bind(last)
+    .execute(&database)
+    .await
+    .expect("add a review");
+    assert_eq!(
+        summarize(&user, last).await["reviewCount"],
+        json!(reviews_before + 1),
+        "the new review is counted at once"
+    );
+    database.close().await;
 }
 
 async fn an_unknown_mood_is_a_tool_error(backend: Backend) {
@@ -989,17 +1031,7 @@ async fn the_seed_subcommand_adds_a_synthetic_catalogue(backend: Backend) {
         String::from_utf8_lossy(&output.stderr)
     );
 
-    let url = match &server.database_url {
-        Some(url) => url.clone(),
-        None => format!(
-            "sqlite://{}",
-            server.data_dir.join("moviedb.sqlite3").display()
-        ),
-    };
-    sqlx::any::install_default_drivers();
-    let pool = sqlx::AnyPool::connect(&url)
-        .await
-        .expect("open the server's database");
+    let pool = server.database().await;
     let movies: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM movies")
         .fetch_one(&pool)
         .await

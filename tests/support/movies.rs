@@ -154,6 +154,21 @@ impl Launch {
 }
 
 impl MovieServer {
+    /// A connection pool to the server's own database, as another writer would open it.
+    pub async fn database(&self) -> sqlx::AnyPool {
+        let url = match &self.database_url {
+            Some(url) => url.clone(),
+            None => format!(
+                "sqlite://{}",
+                self.data_dir.join("moviedb.sqlite3").display()
+            ),
+        };
+        sqlx::any::install_default_drivers();
+        sqlx::AnyPool::connect(&url)
+            .await
+            .expect("open the server's database")
+    }
+
     /// An open `subscriptions/listen` stream for tool-list changes, its acknowledgement read.
     pub async fn listen_for_tool_changes(&self) -> super::EventStream {
         let mut listen = super::checked_client(self.url().to_owned())
