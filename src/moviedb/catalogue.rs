@@ -1,12 +1,15 @@
 //! The catalogue in SQL: connecting (SQLite file or PostgreSQL), migrating, and every query the
 //! tools make. One set of queries serves both databases through sqlx's `Any` driver.
 //!
-//! Titles never change once written, so they are kept in memory ([`Titles`]). The watch-list
-//! checks and additions of concurrent callers go to the database together, a group per statement
-//! ([`watchlist_batches`]): a round trip of `addToWatchlist` takes part in one read (is the title
-//! listed?) and one write (the user and the item). On SQLite, writes go through one connection and reads through
-//! others: SQLite lets one writer in at a time, and writers queueing on its lock would sleep in
-//! its busy handler instead of waiting their turn.
+//! Titles never change once written, so they are kept in memory ([`Titles`]). Mood rankings and
+//! reviews are kept in memory for as long as the catalogue's version stays the same ([`Fresh`]).
+//! The watch-list checks and additions of concurrent callers go to the database together, a group
+//! per statement ([`watchlist_batches`]): a round trip of `addToWatchlist` takes part in one read
+//! (is the title listed?) and one write (the user and the item).
+//!
+//! On SQLite, writes go through one connection and reads through others: SQLite lets one writer
+//! in at a time, and writers queueing on its lock would sleep in its busy handler instead of
+//! waiting their turn.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -142,8 +145,8 @@ impl Catalogue {
     }
 
     /// Keeps every title in memory, so that the tools look titles up without a query. Titles
-    /// added later (by `seed`, or another replica's catalogue) are looked up when first asked for.
-    pub async fn load_titles(&self) -> sqlx::Result<()> {
+    /// added later (by `seed`, or another process) are looked up when first asked for.
+    async fn load_titles(&self) -> sqlx::Result<()> {
         for (sql, kind) in [
             (
                 "SELECT id, title FROM movies",

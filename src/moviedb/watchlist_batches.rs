@@ -75,15 +75,19 @@ pub fn additions(pool: AnyPool, postgres: bool, calls: usize) -> Batch<NewItem, 
             // PostgreSQL creates the users and adds the items in one statement (data-modifying
             // CTEs). SQLite has none, but runs the three statements of one query string in a
             // single call: the users, the items, then the ids of the users to tell whose is whose.
+            // Rows are written in key order, so that two groups under way at once on PostgreSQL
+            // take their row locks in the same order and cannot deadlock; requests for the same
+            // item stay in arrival order, the first one winning.
             let sql = if postgres {
                 format!(
                     "{values}, \
                      member AS (INSERT INTO users (name, created_at) \
-                       SELECT name, MIN(added_at) FROM v GROUP BY name \
+                       SELECT name, MIN(added_at) FROM v GROUP BY name ORDER BY name \
                        ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id, name), \
                      added AS (INSERT INTO watchlist_items (user_id, movie_id, tv_show_id, status, added_at) \
                        SELECT m.id, v.movie_id, v.tv_show_id, v.status, v.added_at \
-                       FROM v JOIN member m ON m.name = v.name ORDER BY v.n \
+                       FROM v JOIN member m ON m.name = v.name \
+                       ORDER BY v.name, v.movie_id, v.tv_show_id, v.n \
                        ON CONFLICT DO NOTHING RETURNING id, user_id, movie_id, tv_show_id, status) \
                      SELECT a.id, m.name, a.movie_id, a.tv_show_id, a.status \
                      FROM added a JOIN member m ON m.id = a.user_id"
@@ -91,11 +95,12 @@ pub fn additions(pool: AnyPool, postgres: bool, calls: usize) -> Batch<NewItem, 
             } else {
                 format!(
                     "{values} INSERT INTO users (name, created_at) \
-                       SELECT name, MIN(added_at) FROM v WHERE true GROUP BY name \
+                       SELECT name, MIN(added_at) FROM v WHERE true GROUP BY name ORDER BY name \
                        ON CONFLICT (name) DO NOTHING; \
                      {values} INSERT INTO watchlist_items (user_id, movie_id, tv_show_id, status, added_at) \
                        SELECT u.id, v.movie_id, v.tv_show_id, v.status, v.added_at \
-                       FROM v JOIN users u ON u.name = v.name WHERE true ORDER BY v.n \
+                       FROM v JOIN users u ON u.name = v.name WHERE true \
+                       ORDER BY v.name, v.movie_id, v.tv_show_id, v.n \
                        ON CONFLICT DO NOTHING RETURNING id, user_id, movie_id, tv_show_id, status; \
                      {values} SELECT u.id, u.name FROM users u WHERE u.name IN (SELECT name FROM v)"
                 )
