@@ -28,8 +28,6 @@ use super::model::{
 use super::titles::Titles;
 use super::watchlist_batches::{self, ListedCheck, NewItem};
 
-/// How many movies one recommendation returns.
-pub const RECOMMENDATION_LIMIT: usize = 20;
 /// SQLite connections for reads; writes have one of their own.
 const SQLITE_READERS: u32 = 4;
 /// PostgreSQL connections, shared by reads and writes.
@@ -184,7 +182,7 @@ impl Catalogue {
             self.recommended.put(version, mood, movies.clone());
             return Ok(movies);
         };
-        // LIMIT is RECOMMENDATION_LIMIT.
+        // LIMIT is model::RECOMMENDATION_LIMIT.
         let rows = sqlx::query(
             "SELECT m.id, m.title, m.release_year, m.genre, m.rating FROM movies m \
              JOIN movie_moods mm ON mm.movie_id = m.id WHERE mm.mood = $1 \

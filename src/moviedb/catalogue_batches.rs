@@ -9,8 +9,7 @@ use std::sync::Arc;
 use sqlx::{AnyPool, AssertSqlSafe, Row};
 
 use super::batch::{Batch, Run};
-use super::catalogue::RECOMMENDATION_LIMIT;
-use super::model::{Id, Mood, MovieSummary, Review};
+use super::model::{Id, Mood, MovieSummary, RECOMMENDATION_LIMIT, Review};
 
 /// Answers "what is the catalogue's version now?" with one query at a time.
 pub fn versions(pool: AnyPool) -> Batch<(), i64> {

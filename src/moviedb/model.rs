@@ -156,6 +156,9 @@ impl Title {
     }
 }
 
+/// How many movies one recommendation returns.
+pub const RECOMMENDATION_LIMIT: usize = 20;
+
 /// A movie as recommendations list it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
