@@ -68,9 +68,12 @@ async fn live() -> Json<Value> {
 }
 
 async fn ready(State(health): State<Arc<Health>>) -> Response {
-    if health.drain.has_begun() {
+    let draining = || {
         let body = json!({"status": "draining"});
-        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+    };
+    if health.drain.has_begun() {
+        return draining();
     }
     let outcomes = futures::future::join_all(health.readiness.checks.iter().map(
         |(name, check)| async move {
@@ -86,6 +89,12 @@ async fn ready(State(health): State<Arc<Health>>) -> Response {
         },
     ))
     .await;
+    // Asked again: a drain that began during the checks is what this answer must report, as the
+    // connection will close after it (a balancer that heard "ready" would come back to a closed
+    // door).
+    if health.drain.has_begun() {
+        return draining();
+    }
     let ready = outcomes.iter().all(|(_, outcome)| outcome.is_ok());
     let checks: Map<String, Value> = outcomes
         .into_iter()
