@@ -196,15 +196,7 @@ impl Catalogue {
         .await?;
         let movies = rows
             .iter()
-            .map(|row| {
-                Ok(MovieSummary {
-                    id: Id(row.try_get("id")?),
-                    title: row.try_get("title")?,
-                    release_year: row.try_get("release_year")?,
-                    genre: row.try_get("genre")?,
-                    rating: row.try_get("rating")?,
-                })
-            })
+            .map(catalogue_batches::movie_summary)
             .collect::<sqlx::Result<Vec<_>>>()?;
         Ok(movies.into())
     }

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use sqlx::any::AnyRow;
 use sqlx::{AnyPool, AssertSqlSafe, Row};
 
 use super::batch::{Batch, Run};
@@ -48,13 +49,7 @@ pub fn recommendations(pool: AnyPool, calls: usize) -> Batch<Mood, Arc<[MovieSum
             }
             let mut by_mood: HashMap<String, Vec<MovieSummary>> = HashMap::new();
             for row in query.fetch_all(&pool).await? {
-                let movie = MovieSummary {
-                    id: Id(row.try_get("id")?),
-                    title: row.try_get("title")?,
-                    release_year: row.try_get("release_year")?,
-                    genre: row.try_get("genre")?,
-                    rating: row.try_get("rating")?,
-                };
+                let movie = movie_summary(&row)?;
                 by_mood.entry(row.try_get("mood")?).or_default().push(movie);
             }
             let lists: HashMap<String, Arc<[MovieSummary]>> = by_mood
@@ -110,6 +105,17 @@ pub fn reviews(pool: AnyPool, calls: usize) -> Batch<i64, Arc<[Review]>> {
         })
     });
     Batch::start(calls, run)
+}
+
+/// A movie as a recommendation lists it, from a row with its columns.
+pub fn movie_summary(row: &AnyRow) -> sqlx::Result<MovieSummary> {
+    Ok(MovieSummary {
+        id: Id(row.try_get("id")?),
+        title: row.try_get("title")?,
+        release_year: row.try_get("release_year")?,
+        genre: row.try_get("genre")?,
+        rating: row.try_get("rating")?,
+    })
 }
 
 /// `$1, $2, …, $count`.
