@@ -45,6 +45,9 @@ Options:
   --scenario NAME     Run only this scenario, with --spec-version set to the
                       first requirement set (for debugging).
   --out DIR           Output directory (default: spec-compat/results/<timestamp>).
+  --tasks             After the requirement sets, also run the nine Tasks-extension
+                      scenarios (tasks-*, forced: the suite does not score
+                      extensions), and fail the run if any of them fails.
   --list              Print the scenarios of each requirement set and exit.
   -h, --help          Show this help.
 
@@ -72,7 +75,15 @@ URL=""
 SCENARIO=""
 OUT_DIR=""
 LIST_ONLY=0
+WITH_TASKS=0
 EXTRA_ARGS=()
+# The Tasks-extension scenarios that have checks (tasks-status-notifications is
+# skipped by the suite itself).
+readonly TASK_SCENARIOS=(
+    tasks-lifecycle tasks-capability-negotiation tasks-wire-fields
+    tasks-request-state-removal tasks-mrtr-input tasks-request-headers
+    tasks-dispatch-and-envelope tasks-required-task-error tasks-mrtr-composition
+)
 
 need_value() { [[ $# -ge 2 && -n "$2" ]] || die "option $1 needs a value"; }
 
@@ -87,6 +98,7 @@ while [[ $# -gt 0 ]]; do
         --out) need_value "$@"; OUT_DIR="$(abspath_from_caller "$2")"; shift 2 ;;
         --out=*) OUT_DIR="$(abspath_from_caller "${1#*=}")"; shift ;;
         --list) LIST_ONLY=1; shift ;;
+        --tasks) WITH_TASKS=1; shift ;;
         -h | --help) usage; exit 0 ;;
         --) shift; EXTRA_ARGS=("$@"); break ;;
         *) die "unknown argument: $1 (see --help)" ;;
@@ -406,6 +418,16 @@ else
     for req in "${REQUIREMENTS[@]}"; do
         run_suite "requirements $req" "$OUT_DIR/$req" --requirements "$req" || break
     done
+    if [[ $WITH_TASKS -eq 1 ]]; then
+        for scenario in "${TASK_SCENARIOS[@]}"; do
+            run_suite "extension $scenario @ 2026-07-28" "$OUT_DIR/extension-$scenario" \
+                --scenario "$scenario" --spec-version 2026-07-28 --force || break
+            # A forced scenario's failures do not set the suite's exit code: read the summary.
+            if grep -q "^  FAIL $scenario" "$SUMMARY_FILE"; then
+                OVERALL_RC=1
+            fi
+        done
+    fi
 fi
 
 if [[ $(grep -c '^  TOTAL ' "$SUMMARY_FILE") -gt 1 ]]; then

@@ -105,6 +105,20 @@ pub struct ServeArgs {
     /// Seconds between keep-alive comments on subscription streams.
     #[arg(long, env = "MOVIEDB_KEEPALIVE_SECS", default_value_t = 15)]
     pub keepalive_secs: u64,
+
+    /// Tasks (extension `io.modelcontextprotocol/tasks`): how long a task is kept after it was
+    /// created, in seconds (its `ttlMs`).
+    #[arg(long, env = "MOVIEDB_TASK_TTL_SECS", default_value_t = 3600)]
+    pub task_ttl_secs: u64,
+
+    /// Tasks: how often clients are asked to poll a task, in milliseconds (`pollIntervalMs`).
+    #[arg(long, env = "MOVIEDB_TASK_POLL_MS", default_value_t = 500)]
+    pub task_poll_ms: u64,
+
+    /// Tasks: how long a replica's hold on a running task lasts unless renewed, in milliseconds;
+    /// a replica that dies leaves its running tasks `failed` within this time.
+    #[arg(long, env = "MOVIEDB_TASK_LEASE_MS", default_value_t = 15_000)]
+    pub task_lease_ms: u64,
 }
 
 impl ServeArgs {
@@ -130,6 +144,12 @@ impl ServeArgs {
             legacy_request_timeout: Duration::from_secs(self.legacy_request_timeout_secs.max(1)),
             legacy_session_idle: Duration::from_secs(self.legacy_session_idle_secs.max(1)),
             legacy_session_max: Duration::from_secs(self.legacy_session_max_secs.max(1)),
+            tasks: mcp_mrtr::tasks::TaskSettings {
+                ttl: Duration::from_secs(self.task_ttl_secs.max(1)),
+                poll_interval: Duration::from_millis(self.task_poll_ms.max(1)),
+                // A third of it apart is renewed: keep it well above a store round trip.
+                lease: Duration::from_millis(self.task_lease_ms.max(300)),
+            },
             ..mcp_mrtr::service::Settings::default()
         }
     }

@@ -214,6 +214,10 @@ async fn summarize(
     let client_model = ClientModel(&ctx);
     let lent: Option<&dyn LentModel> =
         (ctx.answers_live() && ctx.capabilities().sampling).then_some(&client_model);
+    // A provider call may take seconds: a client that takes tasks gets one and polls for it.
+    if lent.is_none() && summarizer.calls_provider(movie_id, &reviews).await {
+        ctx.continue_as_task()?;
+    }
     let summary = summarizer
         .summarize(movie_id, &reviews, lent)
         .await

@@ -9,13 +9,13 @@ use std::time::Duration;
 use clap::Parser;
 use mcp_mrtr::auth::AnonymousOnly;
 use mcp_mrtr::mrtr::RequestContext;
-use mcp_mrtr::protocol::LogLevel;
 use mcp_mrtr::protocol::content::{
     CallToolResult, Content, GetPromptResult, PromptMessage, ReadResourceResult, ResourceContents,
 };
 use mcp_mrtr::protocol::input::{
     Elicitation, EmptyParams, InputRequest, Roots, Sampling, SamplingParams,
 };
+use mcp_mrtr::protocol::{LogLevel, ProtocolError};
 use mcp_mrtr::registry::{Prompt, PromptArgument, Registry, Resource, ResourceTemplate, Tool};
 use mcp_mrtr::server::{Events, ServerEvent, ServerInfo};
 use mcp_mrtr::service::{self, Settings};
@@ -79,6 +79,7 @@ async fn main() -> anyhow::Result<()> {
     interaction_tools(&mut registry);
     input_required_tools(&mut registry);
     stateless_tools(&mut registry, &events);
+    task_tools(&mut registry);
     prompts(&mut registry);
     resources(&mut registry);
     let info = ServerInfo {
@@ -316,6 +317,80 @@ fn name_form() -> Value {
 
 fn confirm_form() -> Value {
     json!({"type": "object", "properties": {"ok": {"type": "boolean", "description": "Confirm"}}, "required": ["ok"]})
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct GreetArgs {
+    /// Who to greet.
+    name: String,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct ComputeArgs {
+    /// How long the computation takes, in seconds.
+    seconds: u64,
+    /// A label echoed in the result.
+    #[serde(default)]
+    label: String,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct FileArgs {
+    /// The file to delete.
+    filename: String,
+}
+
+/// The tools of the Tasks extension scenarios (SEP-2663).
+fn task_tools(registry: &mut Registry) {
+    registry
+        .add_tool(Tool::new("greet", "Greets someone at once", |_, args: GreetArgs| async move {
+            Ok(CallToolResult::text(format!("Hello, {}!", args.name)))
+        }))
+        .add_tool(Tool::new("slow_compute", "Computes for the given number of seconds; a task when the client takes tasks", |ctx, args: ComputeArgs| async move {
+            if args.seconds > 0 {
+                ctx.continue_as_task()?;
+            }
+            tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+            Ok(CallToolResult::text(format!("Computed {} in {}s", args.label, args.seconds)))
+        }))
+        .add_tool(Tool::without_arguments("failing_job", "Runs only as a task, and ends with a tool error after a second", |ctx| async move {
+            ctx.require_task()?;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok(CallToolResult::error("The job failed: the input could not be processed"))
+        }))
+        .add_tool(Tool::without_arguments("protocol_error_job", "A task that ends with a JSON-RPC error", |ctx| async move {
+            ctx.continue_as_task()?;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Err(ProtocolError::internal("The job's backend refused the request").into())
+        }))
+        .add_tool(Tool::new("confirm_delete", "A task that asks for confirmation before deleting a file", |ctx, args: FileArgs| async move {
+            ctx.continue_as_task()?;
+            let form = json!({"type": "object", "properties": {"confirm": {"type": "boolean", "description": "Delete it?"}}, "required": ["confirm"]});
+            let message = format!("Delete {}?", args.filename);
+            let confirmed = match ctx.elicit("confirm_delete", &message, form).await? {
+                Elicitation::Accepted(content) => content.get("confirm").and_then(Value::as_bool).unwrap_or(false),
+                _ => false,
+            };
+            let outcome = if confirmed { "Deleted" } else { "Kept" };
+            Ok(CallToolResult::text(format!("{outcome} {}", args.filename)))
+        }))
+        .add_tool(Tool::without_arguments("multi_input", "A task that asks two questions at once", |ctx| async move {
+            ctx.continue_as_task()?;
+            let answers = ctx
+                .ask(vec![
+                    ("first_name".into(), elicit_request("Your first name?", name_form())),
+                    ("last_name".into(), elicit_request("Your last name?", name_form())),
+                ])
+                .await?;
+            let name = |key: &str| answers.elicitation(key).and_then(|a| a.text("name")).unwrap_or_else(|| "?".into());
+            Ok(CallToolResult::text(format!("Hello, {} {}!", name("first_name"), name("last_name"))))
+        }))
+        .add_tool(Tool::without_arguments("test_tool_with_task", "Asks the user's name, then continues as a task", |ctx| async move {
+            let answer = ctx.elicit("user_name", "What is your name?", name_form()).await?;
+            let name = answer.text("name").unwrap_or_else(|| "stranger".into());
+            ctx.require_task()?;
+            Ok(CallToolResult::text(format!("Hello, {name}! Your task is done.")))
+        }));
 }
 
 /// The MRTR tools of SEP-2322.

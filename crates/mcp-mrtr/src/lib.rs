@@ -85,6 +85,8 @@
 //! - [`mrtr`]: the engine — the handler's [`mrtr::RequestContext`], the [`mrtr::Asker`] its
 //!   questions go to (rounds, or a live 2025-11-25 peer), and the sealed `requestState`.
 //! - [`registry`]: tools, prompts and resources with their handlers and portable JSON schemas.
+//! - [`tasks`]: the Tasks extension — tasks kept in a [`store::TaskStore`] every replica reads,
+//!   run under a lease by the replica that created or resumed them.
 //! - [`server`]: method dispatch over a registry; change events for `subscriptions/listen`.
 //! - [`transport`]: Streamable HTTP (axum) — the front door, the 2026-07-28 wire, the legacy
 //!   wire, responses and SSE.
@@ -103,4 +105,5 @@ pub mod registry;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod tasks;
 pub mod transport;

@@ -11,10 +11,12 @@ use anyhow::Context as _;
 use crate::auth::Authenticator;
 use crate::mrtr::{Engine, StateSealer};
 use crate::registry::Registry;
-use crate::server::{Events, Server, ServerInfo};
+use crate::server::{Events, Server, ServerInfo, TaskConfig};
 use crate::store::{
-    ContinuationStore, MemoryStore, RedisEventRelay, RedisStore, RedisStoreConfig, SessionStore,
+    ContinuationStore, MemoryStore, MemoryTaskStore, RedisEventRelay, RedisStore, RedisStoreConfig,
+    SessionStore, TaskStore,
 };
+use crate::tasks::TaskSettings;
 use crate::transport::{self, ConnectionLimits, Drain, OriginPolicy, Readiness, TransportOptions};
 
 /// The MCP endpoint path.
@@ -68,6 +70,8 @@ pub struct Settings {
     pub legacy_session_idle: Duration,
     /// 2025-11-25 sessions: how long a session lives at most, however busy.
     pub legacy_session_max: Duration,
+    /// Tasks (extension `io.modelcontextprotocol/tasks`): time-to-live, poll interval, lease.
+    pub tasks: TaskSettings,
 }
 
 impl Default for Settings {
@@ -94,6 +98,7 @@ impl Default for Settings {
             legacy_request_timeout: Duration::from_secs(20),
             legacy_session_idle: Duration::from_secs(3600),
             legacy_session_max: Duration::from_secs(24 * 3600),
+            tasks: TaskSettings::default(),
         }
     }
 }
@@ -103,6 +108,7 @@ struct Stores {
     continuations: Arc<dyn ContinuationStore>,
     #[cfg_attr(not(feature = "legacy"), allow(dead_code))]
     sessions: Arc<dyn SessionStore>,
+    tasks: Arc<dyn TaskStore>,
     /// The settings' readiness checks, and Redis's when it is configured.
     readiness: Readiness,
 }
@@ -120,6 +126,10 @@ async fn stores(settings: &Settings) -> anyhow::Result<Stores> {
         return Ok(Stores {
             continuations: store.clone(),
             sessions: store,
+            tasks: Arc::new(MemoryTaskStore::new(
+                settings.memory_capacity,
+                settings.share_per_owner,
+            )),
             readiness: settings.readiness.clone(),
         });
     };
@@ -136,7 +146,8 @@ async fn stores(settings: &Settings) -> anyhow::Result<Stores> {
     });
     Ok(Stores {
         continuations: store.clone(),
-        sessions: store,
+        sessions: store.clone(),
+        tasks: store,
         readiness,
     })
 }
@@ -189,6 +200,10 @@ pub async fn router(
         engine(settings, stores.continuations)?,
         info,
         events,
+        Some(TaskConfig {
+            store: stores.tasks,
+            settings: settings.tasks.clone(),
+        }),
     );
     let options = TransportOptions {
         origin: OriginPolicy::new(settings.allowed_origins.clone(), settings.loopback),

@@ -189,3 +189,61 @@ async fn past_its_share_an_owner_loses_only_its_own_oldest_entries_in_redis() {
     assert!(store.touch_session("session-3", ttl).await.unwrap());
     assert!(!store.touch_session("session-0", ttl).await.unwrap());
 }
+
+#[tokio::test]
+async fn task_records_change_only_from_the_version_read_and_expire_on_their_own() {
+    use mcp_mrtr::store::{Owner, RedisStore, RedisStoreConfig, TaskStore};
+    let config = RedisStoreConfig {
+        url: shared_redis_url(),
+        prefix: format!("mcp-task-store-test-{}:", support::net::random_hex(6)),
+        timeout: Duration::from_secs(2),
+        cluster: false,
+    };
+    let first = RedisStore::connect(config.clone(), 10)
+        .await
+        .expect("Redis");
+    let second = RedisStore::connect(config, 10).await.expect("Redis");
+    let alice = Owner::new("alice");
+    first
+        .create(&alice, "t1", b"created".to_vec(), Duration::from_secs(60))
+        .await
+        .expect("create");
+    let read = second
+        .read("t1")
+        .await
+        .expect("read")
+        .expect("durable once created");
+    assert_eq!((read.version, read.record.as_slice()), (1, &b"created"[..]));
+
+    // Two replicas change the record they both read: exactly one change lands.
+    let (a, b) = tokio::join!(
+        first.replace("t1", 1, b"from first".to_vec()),
+        second.replace("t1", 1, b"from second".to_vec()),
+    );
+    let (a, b) = (a.expect("replace"), b.expect("replace"));
+    assert!(a ^ b, "one of the two changes wins: {a} {b}");
+    let now = first.read("t1").await.expect("read").expect("still there");
+    assert_eq!(now.version, 2);
+    let winner: &[u8] = if a { b"from first" } else { b"from second" };
+    assert_eq!(now.record, winner);
+
+    first
+        .create(&alice, "short", b"x".to_vec(), Duration::from_millis(300))
+        .await
+        .expect("create");
+    assert!(
+        first
+            .replace("short", 1, b"y".to_vec())
+            .await
+            .expect("replace")
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(second.read("short").await.expect("read"), None, "expired");
+    assert!(
+        !second
+            .replace("short", 2, b"z".to_vec())
+            .await
+            .expect("replace")
+    );
+    assert_eq!(second.read("absent").await.expect("read"), None);
+}

@@ -113,6 +113,24 @@ impl SummaryCache {
         })
     }
 
+    /// Whether a summary is cached under `key`, here or in Redis (which then fills this
+    /// process's tier, so the call that follows finds it here).
+    pub async fn contains(&self, key: &SummaryKey) -> bool {
+        if self.local.contains_key(key.as_str()) {
+            return true;
+        }
+        let Some(shared) = &self.shared else {
+            return false;
+        };
+        match shared.get(key).await {
+            Some(entry) => {
+                self.local.insert(key.as_str().to_owned(), entry).await;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The summary cached under `key`, or the one `compute` produces along with how long to keep
     /// it. In this process one computation runs per key at a time and the other callers wait for
     /// its result. `compute` runs inside the calling task: when the caller running it is dropped

@@ -122,6 +122,19 @@ impl Summarizer {
         Ok(summary)
     }
 
+    /// Whether summarizing `reviews` without a client's model calls the provider (there is one,
+    /// there are enough reviews, and no summary of them is cached): work that may take seconds.
+    pub async fn calls_provider(&self, movie_id: i64, reviews: &[Review]) -> bool {
+        let Some(provider) = &self.provider else {
+            return false;
+        };
+        if reviews.len() < MIN_REVIEWS_FOR_SUMMARY {
+            return false;
+        }
+        let key = SummaryKey::new(movie_id, provider.model(), reviews);
+        !self.cache.contains(&key).await
+    }
+
     /// The client's model's words for these reviews, cached like the provider's; when the client
     /// gives none, the provider's (or the server's) words, cached briefly.
     async fn lent_text(

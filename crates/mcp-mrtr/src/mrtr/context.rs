@@ -9,19 +9,33 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use super::ask::{Answers, Asker};
-use super::error::HandlerError;
+use super::error::{HandlerError, TaskPending};
 use super::notify::Notifier;
 use crate::auth::Principal;
 use crate::protocol::input::{
     ElicitParams, Elicitation, EmptyParams, InputRequest, Roots, Sampling, SamplingParams,
 };
+use crate::protocol::version::TASKS_EXTENSION;
 use crate::protocol::{ClientCapabilities, LogLevel, ProtocolError, RequestMeta};
+
+/// Whether the rest of a call may continue as a task (the Tasks extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskMode {
+    /// No task can be created: the client did not declare the extension, the server keeps no
+    /// tasks, or the request came in a 2025-11-25 session.
+    Unavailable,
+    /// The client accepts a task in answer to this request.
+    Available,
+    /// The handler is already running as a task.
+    Running,
+}
 
 struct Inner {
     principal: Principal,
     meta: RequestMeta,
     notifier: Option<Notifier>,
     asker: Arc<dyn Asker>,
+    tasks: TaskMode,
     /// Work remembered with [`RequestContext::remember`].
     memo: Mutex<Map<String, Value>>,
 }
@@ -39,6 +53,7 @@ impl RequestContext {
         notifier: Option<Notifier>,
         asker: Arc<dyn Asker>,
         memo: Map<String, Value>,
+        tasks: TaskMode,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -46,6 +61,7 @@ impl RequestContext {
                 meta,
                 notifier,
                 asker,
+                tasks,
                 memo: Mutex::new(memo),
             }),
         }
@@ -85,6 +101,35 @@ impl RequestContext {
             Ok(())
         } else {
             Err(ProtocolError::missing_capability(json!({ capability: {} })))
+        }
+    }
+
+    /// Whether this handler runs as a task (Tasks extension) rather than within its request.
+    pub fn in_task(&self) -> bool {
+        self.inner.tasks == TaskMode::Running
+    }
+
+    /// Continues the rest of this call as a task when the client accepts tasks: the request is
+    /// answered at once with the new task, and the handler runs again as that task, finding its
+    /// answers and remembered work, and returning `Ok` here. Ask the questions that decide
+    /// whether to go ahead before this point: they are answered in rounds of the request itself,
+    /// as the extension advises. Without tasks this returns `Ok` and the call goes on as usual.
+    pub fn continue_as_task(&self) -> Result<(), HandlerError> {
+        match self.inner.tasks {
+            TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new())),
+            TaskMode::Running | TaskMode::Unavailable => Ok(()),
+        }
+    }
+
+    /// Like [`continue_as_task`](Self::continue_as_task) for work that can only run as a task:
+    /// a client that cannot take one gets -32021 naming the Tasks extension.
+    pub fn require_task(&self) -> Result<(), HandlerError> {
+        match self.inner.tasks {
+            TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new())),
+            TaskMode::Running => Ok(()),
+            TaskMode::Unavailable => Err(HandlerError::Protocol(
+                ProtocolError::missing_capability(json!({ "extensions": { TASKS_EXTENSION: {} } })),
+            )),
         }
     }
 

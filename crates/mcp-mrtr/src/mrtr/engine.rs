@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::ask::Asker;
-use super::context::RequestContext;
+use super::context::{RequestContext, TaskMode};
 use super::error::HandlerError;
 use super::notify::Notifier;
 use super::rounds::{RoundState, Rounds};
@@ -50,6 +50,9 @@ pub struct Call<'a> {
     /// Set when a live peer answers questions during the call (a 2025-11-25 session): then there
     /// are no rounds and no `requestState`.
     pub live_asker: Option<Arc<dyn Asker>>,
+    /// Whether the handler may continue as a task: the server keeps tasks and the client
+    /// declared the Tasks extension on this request.
+    pub tasks: bool,
 }
 
 /// How a round ended.
@@ -58,6 +61,22 @@ pub enum Outcome<T> {
     Complete(T),
     /// The handler is waiting for answers; send this as the round's result.
     InputRequired(InputRequired),
+    /// The handler asked to continue as a task, which the caller creates from this seed.
+    Task(TaskSeed),
+}
+
+/// What a handler that asked to continue as a task has so far: the task starts from here.
+pub struct TaskSeed {
+    /// Who made the request; the task belongs to them.
+    pub principal: Principal,
+    /// Whose share of the task store the task counts against.
+    pub owner: Owner,
+    /// The request's `_meta`: the task's handler sees the same capabilities.
+    pub meta: RequestMeta,
+    /// Answers the handler read in the request's rounds.
+    pub answers: Map<String, Value>,
+    /// Work the handler remembered.
+    pub memo: Map<String, Value>,
 }
 
 /// An `input_required` result: the questions of this round and the sealed state to echo back.
@@ -124,8 +143,14 @@ impl Engine {
         Fut: Future<Output = Result<T, HandlerError>>,
     {
         if let Some(asker) = call.live_asker {
-            let context =
-                RequestContext::new(call.principal, call.meta, call.notifier, asker, Map::new());
+            let context = RequestContext::new(
+                call.principal,
+                call.meta,
+                call.notifier,
+                asker,
+                Map::new(),
+                TaskMode::Unavailable,
+            );
             return match handler(context).await {
                 Ok(result) => Ok(Outcome::Complete(result)),
                 Err(error) => Err(protocol_error(call.method, call.name, error)),
@@ -159,12 +184,18 @@ impl Engine {
         }
 
         let rounds = Arc::new(Rounds::new(round));
+        let tasks = if call.tasks {
+            TaskMode::Available
+        } else {
+            TaskMode::Unavailable
+        };
         let context = RequestContext::new(
             call.principal,
             call.meta,
             call.notifier,
             rounds.clone(),
             memo,
+            tasks,
         );
         match handler(context.clone()).await {
             Ok(result) => Ok(Outcome::Complete(result)),
@@ -182,6 +213,13 @@ impl Engine {
                 .await
                 .map(Outcome::InputRequired)
             }
+            Err(HandlerError::TaskRequested(_)) => Ok(Outcome::Task(TaskSeed {
+                principal: context.principal().clone(),
+                owner: call.owner,
+                meta: context.meta().clone(),
+                answers: rounds.take().used,
+                memo: context.take_memo(),
+            })),
             Err(error) => Err(protocol_error(call.method, call.name, error)),
         }
     }
@@ -258,7 +296,7 @@ impl Engine {
 }
 
 /// The JSON-RPC error a failed handler answers with; internal failures are logged, not shown.
-fn protocol_error(method: Method, name: &str, error: HandlerError) -> ProtocolError {
+pub(crate) fn protocol_error(method: Method, name: &str, error: HandlerError) -> ProtocolError {
     match error {
         HandlerError::Protocol(error) => error,
         HandlerError::Internal(error) => {
@@ -267,6 +305,9 @@ fn protocol_error(method: Method, name: &str, error: HandlerError) -> ProtocolEr
         }
         HandlerError::InputRequired(_) => {
             ProtocolError::internal(format!("{method} {name} asked for input it cannot get"))
+        }
+        HandlerError::TaskRequested(_) => {
+            ProtocolError::internal(format!("{method} {name} asked for a task it cannot get"))
         }
     }
 }

@@ -9,6 +9,8 @@ use crate::protocol::ProtocolError;
 pub enum HandlerError {
     /// A round of questions awaits the client; the engine answers the call with `input_required`.
     InputRequired(InputPending),
+    /// The handler asked to continue as a task; the call is answered with the new task.
+    TaskRequested(TaskPending),
     /// The request is refused with this JSON-RPC error.
     Protocol(ProtocolError),
     /// The handler failed; logged, and the client sees a generic -32603.
@@ -20,6 +22,17 @@ pub enum HandlerError {
 pub struct InputPending(());
 
 impl InputPending {
+    pub(crate) fn new() -> Self {
+        Self(())
+    }
+}
+
+/// Marker that a handler asked to continue as a task; only a
+/// [`RequestContext`](super::RequestContext) that may create one creates it.
+#[derive(Debug)]
+pub struct TaskPending(());
+
+impl TaskPending {
     pub(crate) fn new() -> Self {
         Self(())
     }

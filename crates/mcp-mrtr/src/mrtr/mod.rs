@@ -14,13 +14,13 @@ mod error;
 #[cfg(feature = "legacy")]
 pub mod legacy;
 pub mod notify;
-mod rounds;
+pub(crate) mod rounds;
 pub mod seal;
 
 pub use ask::{Answer, Answers, Asker};
-pub use context::RequestContext;
-pub use engine::{Call, Engine, InputRequired, Outcome};
-pub use error::{HandlerError, InputPending};
+pub use context::{RequestContext, TaskMode};
+pub use engine::{Call, Engine, InputRequired, Outcome, TaskSeed};
+pub use error::{HandlerError, InputPending, TaskPending};
 #[cfg(feature = "legacy")]
 pub use legacy::{LegacyPeer, PendingAnswers};
 pub use notify::Notifier;

@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 use super::error::ProtocolError;
 use super::version::{
     META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION,
+    TASKS_EXTENSION,
 };
 
 /// What one request says about itself in `params._meta`.
@@ -99,8 +100,9 @@ impl RequestMeta {
     }
 }
 
-/// The client capabilities declared on one request. Never carried over between requests.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The client capabilities declared on one request. Never carried over between requests (a task
+/// keeps those of the request that created it).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ClientCapabilities {
     /// The client can show form-mode elicitations (`elicitation.form`, or an empty `elicitation`).
     pub elicitation_form: bool,
@@ -110,6 +112,9 @@ pub struct ClientCapabilities {
     pub sampling: bool,
     /// The client can answer `roots/list` requests.
     pub roots: bool,
+    /// The client takes part in the Tasks extension (`extensions["io.modelcontextprotocol/tasks"]`).
+    #[serde(default)]
+    pub tasks: bool,
 }
 
 impl ClientCapabilities {
@@ -124,6 +129,11 @@ impl ClientCapabilities {
             elicitation_url,
             sampling: caps.get("sampling").is_some_and(Value::is_object),
             roots: caps.get("roots").is_some_and(Value::is_object),
+            tasks: caps
+                .get("extensions")
+                .and_then(Value::as_object)
+                .and_then(|extensions| extensions.get(TASKS_EXTENSION))
+                .is_some_and(Value::is_object),
         }
     }
 }

@@ -26,6 +26,12 @@ pub enum Method {
     CompletionComplete,
     /// `subscriptions/listen`: a long-lived stream of list-changed and resource-updated events.
     SubscriptionsListen,
+    /// `tasks/get` (Tasks extension): a task's status, with its questions or its outcome.
+    TasksGet,
+    /// `tasks/update` (Tasks extension): answers to a task's outstanding questions.
+    TasksUpdate,
+    /// `tasks/cancel` (Tasks extension): asks a task to stop.
+    TasksCancel,
     /// 2025-11-25 sessions only, like the four below.
     Initialize,
     /// `ping`: a liveness check answered with an empty result.
@@ -39,7 +45,7 @@ pub enum Method {
 }
 
 impl Method {
-    const ALL: [Method; 15] = [
+    const ALL: [Method; 18] = [
         Self::ServerDiscover,
         Self::ToolsList,
         Self::ToolsCall,
@@ -50,6 +56,9 @@ impl Method {
         Self::ResourcesTemplatesList,
         Self::CompletionComplete,
         Self::SubscriptionsListen,
+        Self::TasksGet,
+        Self::TasksUpdate,
+        Self::TasksCancel,
         Self::Initialize,
         Self::Ping,
         Self::LoggingSetLevel,
@@ -75,6 +84,9 @@ impl Method {
             Self::ResourcesTemplatesList => "resources/templates/list",
             Self::CompletionComplete => "completion/complete",
             Self::SubscriptionsListen => "subscriptions/listen",
+            Self::TasksGet => "tasks/get",
+            Self::TasksUpdate => "tasks/update",
+            Self::TasksCancel => "tasks/cancel",
             Self::Initialize => "initialize",
             Self::Ping => "ping",
             Self::LoggingSetLevel => "logging/setLevel",
@@ -100,6 +112,7 @@ impl Method {
         match self {
             Self::ToolsCall | Self::PromptsGet => Some("name"),
             Self::ResourcesRead => Some("uri"),
+            Self::TasksGet | Self::TasksUpdate | Self::TasksCancel => Some("taskId"),
             _ => None,
         }
     }
@@ -107,7 +120,15 @@ impl Method {
     /// Whether its handler may send progress or log messages before the result (and so may be
     /// answered with SSE). These are also the methods that can ask for input.
     pub fn streams(self) -> bool {
-        self.name_field().is_some()
+        matches!(
+            self,
+            Self::ToolsCall | Self::PromptsGet | Self::ResourcesRead
+        )
+    }
+
+    /// Whether the method belongs to the Tasks extension (`tasks/*`).
+    pub fn is_task_method(self) -> bool {
+        matches!(self, Self::TasksGet | Self::TasksUpdate | Self::TasksCancel)
     }
 
     /// The capability area (`tools`, `prompts`, `resources`) the method belongs to, if any.

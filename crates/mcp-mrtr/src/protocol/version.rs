@@ -28,3 +28,6 @@ pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// `_meta` key tagging each `subscriptions/listen` frame with the subscription it belongs to.
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// The Tasks extension's identifier, in client and server `extensions` capabilities.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";

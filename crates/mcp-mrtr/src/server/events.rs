@@ -31,6 +31,8 @@ pub enum ServerEvent {
     ResourcesListChanged,
     /// The resource at this URI changed: `notifications/resources/updated`.
     ResourceUpdated(String),
+    /// The task with this id changed status (Tasks extension).
+    TaskChanged(String),
 }
 
 impl ServerEvent {
@@ -41,6 +43,7 @@ impl ServerEvent {
             Self::PromptsListChanged => b"P".to_vec(),
             Self::ResourcesListChanged => b"R".to_vec(),
             Self::ResourceUpdated(uri) => [b"U", uri.as_bytes()].concat(),
+            Self::TaskChanged(id) => [b"K", id.as_bytes()].concat(),
         }
     }
 
@@ -53,6 +56,7 @@ impl ServerEvent {
             (b'U', uri) => String::from_utf8(uri.to_vec())
                 .ok()
                 .map(Self::ResourceUpdated),
+            (b'K', id) => String::from_utf8(id.to_vec()).ok().map(Self::TaskChanged),
             _ => None,
         }
     }
@@ -176,7 +180,12 @@ pub struct Subscription {
     pub resources_list_changed: bool,
     /// URIs to send `notifications/resources/updated` for (`resourceSubscriptions`).
     pub resource_uris: Vec<String>,
+    /// Tasks to send `notifications/tasks` for (`taskIds`, Tasks extension).
+    pub task_ids: Vec<String>,
 }
+
+/// Most task ids one listen request may follow.
+pub const MAX_TASK_IDS: usize = 100;
 
 impl Subscription {
     /// Reads the `notifications` filter of a listen request.
@@ -212,23 +221,47 @@ impl Subscription {
                 ));
             }
         };
+        let task_ids = match filter.get("taskIds") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(ids)) if ids.len() <= MAX_TASK_IDS => ids
+                .iter()
+                .map(|id| id.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| {
+                    ProtocolError::invalid_params("taskIds must be an array of strings")
+                })?,
+            Some(Value::Array(_)) => {
+                return Err(ProtocolError::invalid_params(format!(
+                    "taskIds lists at most {MAX_TASK_IDS} tasks"
+                )));
+            }
+            Some(_) => {
+                return Err(ProtocolError::invalid_params(
+                    "taskIds must be an array of strings",
+                ));
+            }
+        };
         Ok(Self {
             id: Some(id),
             tools_list_changed: flag("toolsListChanged"),
             prompts_list_changed: flag("promptsListChanged"),
             resources_list_changed: flag("resourcesListChanged"),
             resource_uris,
+            task_ids,
         })
     }
 
-    /// Drops the notification types a server without tools, prompts or resources never sends, so
-    /// the acknowledgement reflects what will actually be honoured.
-    pub fn limited_to(mut self, tools: bool, prompts: bool, resources: bool) -> Self {
+    /// Drops the notification types a server without tools, prompts, resources or tasks never
+    /// sends, so the acknowledgement reflects what will actually be honoured.
+    pub fn limited_to(mut self, tools: bool, prompts: bool, resources: bool, tasks: bool) -> Self {
         self.tools_list_changed &= tools;
         self.prompts_list_changed &= prompts;
         self.resources_list_changed &= resources;
         if !resources {
             self.resource_uris.clear();
+        }
+        if !tasks {
+            self.task_ids.clear();
         }
         self
     }
@@ -240,6 +273,7 @@ impl Subscription {
             ServerEvent::PromptsListChanged => self.prompts_list_changed,
             ServerEvent::ResourcesListChanged => self.resources_list_changed,
             ServerEvent::ResourceUpdated(uri) => self.resource_uris.contains(uri),
+            ServerEvent::TaskChanged(id) => self.task_ids.contains(id),
         }
     }
 
@@ -262,8 +296,18 @@ impl Subscription {
         if !self.resource_uris.is_empty() {
             honoured.insert("resourceSubscriptions".into(), json!(self.resource_uris));
         }
+        if !self.task_ids.is_empty() {
+            honoured.insert("taskIds".into(), json!(self.task_ids));
+        }
         let params = json!({ "_meta": self.meta(), "notifications": honoured });
         notification_bytes("notifications/subscriptions/acknowledged", &params)
+    }
+
+    /// The `notifications/tasks` frame carrying `task` (as `tasks/get` shows it) on this stream.
+    pub fn task_notification(&self, mut task: Map<String, Value>) -> Vec<u8> {
+        task.remove("resultType");
+        task.insert("_meta".into(), self.meta());
+        notification_bytes("notifications/tasks", &Value::Object(task))
     }
 
     /// The notification frame announcing `event` on this stream, tagged with its subscription id.
@@ -277,6 +321,7 @@ impl Subscription {
             ServerEvent::ResourceUpdated(uri) => {
                 ("notifications/resources/updated", json!({ "uri": uri }))
             }
+            ServerEvent::TaskChanged(id) => ("notifications/tasks", json!({ "taskId": id })),
         };
         params["_meta"] = self.meta();
         notification_bytes(method, &params)
@@ -295,6 +340,7 @@ mod tests {
             ServerEvent::ResourcesListChanged,
             ServerEvent::ResourceUpdated("test://items/ä?x=1".into()),
             ServerEvent::ResourceUpdated(String::new()),
+            ServerEvent::TaskChanged("0123abcd".into()),
         ] {
             assert_eq!(ServerEvent::from_wire(&event.to_wire()), Some(event));
         }

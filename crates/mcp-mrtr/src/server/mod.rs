@@ -5,21 +5,24 @@
 pub mod events;
 mod reply;
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use serde_json::{Map, Value, json};
+use tokio::sync::broadcast::{self, error::RecvError};
 
 pub use events::{Events, ServerEvent, Subscription};
 pub use reply::{Handled, Reply};
 use reply::{decorate, finish};
 
 use crate::auth::Principal;
-use crate::mrtr::{Asker, Call, Engine, Notifier};
+use crate::mrtr::{Asker, Call, Engine, Notifier, Outcome};
 use crate::protocol::error::excerpt;
-use crate::protocol::version::{self, META_SERVER_INFO};
+use crate::protocol::input::parse_input_responses;
+use crate::protocol::version::{self, META_SERVER_INFO, TASKS_EXTENSION};
 use crate::protocol::{Method, ProtocolError, RequestMeta};
 use crate::registry::Registry;
-use crate::store::Owner;
+use crate::store::{Owner, TaskStore};
+use crate::tasks::{TaskSettings, Tasks};
 
 /// The identity a server reports in `server/discover`.
 #[derive(Debug, Clone)]
@@ -79,24 +82,63 @@ pub enum Era {
 
 /// A protocol server: one registry, engine and event hub, shared by every request and transport.
 pub struct Server {
-    registry: Registry,
+    registry: Arc<Registry>,
     engine: Engine,
     info: ServerInfo,
     events: Events,
     cache: CachePolicy,
+    tasks: Option<Arc<Tasks>>,
+}
+
+/// Where a server keeps its tasks, and how it runs them.
+pub struct TaskConfig {
+    /// The store every replica reads tasks from.
+    pub store: Arc<dyn TaskStore>,
+    /// Time-to-live, poll interval and lease.
+    pub settings: TaskSettings,
 }
 
 impl Server {
     /// A server over `registry` that runs MRTR handlers with `engine`, reports `info` in discovery,
-    /// and publishes change events through `events`.
-    pub fn new(registry: Registry, engine: Engine, info: ServerInfo, events: Events) -> Arc<Self> {
+    /// and publishes change events through `events`. With `tasks`, it offers the Tasks extension.
+    pub fn new(
+        registry: Registry,
+        engine: Engine,
+        info: ServerInfo,
+        events: Events,
+        tasks: Option<TaskConfig>,
+    ) -> Arc<Self> {
+        let registry = Arc::new(registry);
+        let tasks = tasks.map(|config| {
+            let announcer = events.clone();
+            let announce = Arc::new(move |id: &str| {
+                announcer.notify(ServerEvent::TaskChanged(id.to_owned()));
+            });
+            let tasks = Arc::new(Tasks::new(
+                config.store,
+                config.settings,
+                registry.clone(),
+                announce,
+            ));
+            tokio::spawn(hear_task_changes(
+                Arc::downgrade(&tasks),
+                events.subscribe(),
+            ));
+            tasks
+        });
         Arc::new(Self {
             registry,
             engine,
             info,
             events,
             cache: CachePolicy::default(),
+            tasks,
         })
+    }
+
+    /// The server's tasks, when it offers the Tasks extension.
+    pub fn tasks(&self) -> Option<&Tasks> {
+        self.tasks.as_deref()
     }
 
     /// What the server offers.
@@ -122,6 +164,9 @@ impl Server {
     /// Whether `method` exists on this server's 2026-07-28 wire (others get -32601 / HTTP 404):
     /// a method of an area (tools, prompts, resources) only when the registry offers that area.
     pub fn implements(&self, method: Method) -> bool {
+        if method.is_task_method() {
+            return self.tasks.is_some();
+        }
         method.is_modern()
             && match method.area() {
                 Some("tools") => self.registry.has_tools(),
@@ -148,6 +193,9 @@ impl Server {
         }
         caps.insert("completions".into(), json!({}));
         caps.insert("logging".into(), json!({}));
+        if self.tasks.is_some() {
+            caps.insert("extensions".into(), json!({ TASKS_EXTENSION: {} }));
+        }
         Value::Object(caps)
     }
 
@@ -219,6 +267,10 @@ impl Server {
                     .await
                     .map(|r| decorate(r, modern, None));
             }
+            Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => {
+                let result = self.serve_task(method, params, &env).await?;
+                return Ok(decorate(Reply::Complete(result), modern, None));
+            }
             Method::PromptsGet => {
                 return self
                     .get_prompt(params, env)
@@ -268,12 +320,52 @@ impl Server {
             Some(args @ Value::Object(_)) => args,
             Some(_) => return Err(ProtocolError::invalid_params("arguments must be an object")),
         };
-        let call = engine_call(Method::ToolsCall, name, arguments, params, env);
+        let tasks = match (&self.tasks, &env.era) {
+            (Some(tasks), Era::Modern) if env.meta.capabilities.tasks => Some(tasks),
+            _ => None,
+        };
+        let mut call = engine_call(Method::ToolsCall, name, arguments, params, env);
+        call.tasks = tasks.is_some();
         let outcome = self
             .engine
             .run(call, |ctx| tool.call(ctx, arguments.clone()))
             .await?;
-        Ok(finish(outcome))
+        match (outcome, tasks) {
+            (Outcome::Task(seed), Some(tasks)) => {
+                Ok(Reply::Task(tasks.create(name, arguments, seed).await?))
+            }
+            (outcome, _) => finish(outcome),
+        }
+    }
+
+    /// `tasks/get`, `tasks/update` and `tasks/cancel`, for clients that declared the extension.
+    async fn serve_task(
+        &self,
+        method: Method,
+        params: &Map<String, Value>,
+        env: &RequestEnv,
+    ) -> Result<Value, ProtocolError> {
+        let Some(tasks) = &self.tasks else {
+            return Err(ProtocolError::method_not_found(method.as_str()));
+        };
+        if !env.meta.capabilities.tasks {
+            return Err(ProtocolError::missing_capability(
+                json!({ "extensions": { TASKS_EXTENSION: {} } }),
+            ));
+        }
+        let id = required_str(params, "taskId")?;
+        match method {
+            Method::TasksGet => tasks.get(&env.principal, id).await,
+            Method::TasksUpdate => {
+                let responses = parse_input_responses(params)?;
+                tasks.update(&env.principal, id, responses).await?;
+                Ok(json!({}))
+            }
+            _ => {
+                tasks.cancel(&env.principal, id).await?;
+                Ok(json!({}))
+            }
+        }
     }
 
     async fn get_prompt(
@@ -303,7 +395,7 @@ impl Server {
             .engine
             .run(call, |ctx| prompt.get(ctx, arguments))
             .await?;
-        Ok(finish(outcome))
+        finish(outcome)
     }
 
     async fn read_resource(
@@ -326,7 +418,7 @@ impl Server {
             ))
             .with_data(json!({ "uri": uri })));
         };
-        Ok(finish(outcome))
+        finish(outcome)
     }
 
     fn complete(&self, params: &Map<String, Value>) -> Result<Value, ProtocolError> {
@@ -385,6 +477,22 @@ fn engine_call<'a>(
             Era::Legacy(asker) => Some(asker),
             Era::Modern => None,
         },
+        tasks: false,
+    }
+}
+
+/// Tells the tasks of every task change any replica announced, so a worker running here stops
+/// when its task was cancelled elsewhere. Ends when the tasks are gone.
+async fn hear_task_changes(tasks: Weak<Tasks>, mut events: broadcast::Receiver<ServerEvent>) {
+    loop {
+        match events.recv().await {
+            Ok(ServerEvent::TaskChanged(id)) => match tasks.upgrade() {
+                Some(tasks) => tasks.changed(&id),
+                None => return,
+            },
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use serde::{Serialize, Serializer};
 use serde_json::{Value, json};
 
 use crate::mrtr::{InputRequired, Outcome};
+use crate::protocol::ProtocolError;
 use crate::protocol::content::{CallToolResult, GetPromptResult, ReadResourceResult};
 
 /// A successful answer to a request.
@@ -17,6 +18,8 @@ pub enum Reply {
     Handled(Handled),
     /// The handler is waiting for answers: an `input_required` result.
     InputRequired(InputRequired),
+    /// The call continues as a task: a `CreateTaskResult` (`resultType: task`).
+    Task(Value),
 }
 
 impl Serialize for Reply {
@@ -25,6 +28,7 @@ impl Serialize for Reply {
             Self::Complete(value) => value.serialize(serializer),
             Self::Handled(handled) => handled.serialize(serializer),
             Self::InputRequired(input) => input.serialize(serializer),
+            Self::Task(created) => created.serialize(serializer),
         }
     }
 }
@@ -96,15 +100,18 @@ impl Serialize for Handled {
     }
 }
 
-/// The reply to one handler round.
-pub(super) fn finish<T: Into<HandlerResult>>(outcome: Outcome<T>) -> Reply {
+/// The reply to one handler round that cannot continue as a task (a prompt or a resource).
+pub(super) fn finish<T: Into<HandlerResult>>(outcome: Outcome<T>) -> Result<Reply, ProtocolError> {
     match outcome {
-        Outcome::Complete(result) => Reply::Handled(Handled {
+        Outcome::Complete(result) => Ok(Reply::Handled(Handled {
             result: result.into(),
             result_type: None,
             cache: None,
-        }),
-        Outcome::InputRequired(input) => Reply::InputRequired(input),
+        })),
+        Outcome::InputRequired(input) => Ok(Reply::InputRequired(input)),
+        Outcome::Task(_) => Err(ProtocolError::internal(
+            "a handler asked for a task where none can be created",
+        )),
     }
 }
 
@@ -150,12 +157,16 @@ mod tests {
             Some((60_000, "private")),
         );
         let typed = decorate(
-            finish(Outcome::Complete(result.clone())),
+            finish(Outcome::Complete(result.clone())).unwrap(),
             true,
             Some((60_000, "private")),
         );
         assert_eq!(serde_json::to_value(&typed).unwrap(), tree);
-        let legacy = decorate(finish(Outcome::Complete(result.clone())), false, None);
+        let legacy = decorate(
+            finish(Outcome::Complete(result.clone())).unwrap(),
+            false,
+            None,
+        );
         assert_eq!(
             serde_json::to_value(&legacy).unwrap(),
             serde_json::to_value(&result).unwrap()

@@ -4,13 +4,15 @@
 //! The in-memory store serves a single process; the Redis store lets any replica resume a call.
 //! Both make `take` atomic, which is what makes a `requestState` single-use. With Redis, change
 //! events travel between replicas through it as well ([`RedisEventRelay`]). Both also keep the
-//! records of sessions ([`SessionStore`]), for the eras that have them.
+//! records of sessions ([`SessionStore`]), for the eras that have them, and the records of
+//! Tasks-extension tasks ([`TaskStore`]).
 
 mod memory;
 mod redis;
 mod redis_connection;
 mod redis_events;
 mod redis_sharded;
+mod tasks;
 
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
@@ -19,6 +21,7 @@ pub use redis_connection::{
     query as redis_query,
 };
 pub use redis_events::RedisEventRelay;
+pub use tasks::{MemoryTaskStore, TaskStore, Versioned};
 
 use std::sync::Arc;
 use std::time::Duration;

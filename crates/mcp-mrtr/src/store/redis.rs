@@ -1,8 +1,11 @@
 //! The Redis continuation store, shared by every replica, on one Redis server or a Redis
 //! Cluster: `SET … PX` to park, `GETDEL` to take (atomic, so a state is used once even when two
-//! replicas race), every call bounded by a timeout.
+//! replicas race), every call bounded by a timeout. Task records are hashes (version and record)
+//! changed by a compare-and-swap script, so replicas racing on one task never overwrite each
+//! other.
 //!
-//! Each owner has an index (a sorted set by deadline) of what it wrote; past its share, its
+//! Each owner has an index (a sorted set by deadline) of what it wrote, one per kind of entry
+//! (continuations, sessions, tasks); past its share, its
 //! earliest entries are deleted. The index counts what was written within the time-to-live,
 //! taken or not, which bounds what one caller can hold. An entry and its owner's index are written
 //! together but are separate keys (on a cluster they live on different nodes), so no command or
@@ -14,6 +17,7 @@ use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
 use super::redis_connection::{RedisConnection, RedisStoreConfig, connect, query};
+use super::tasks::{TaskStore, Versioned};
 use super::{ContinuationId, ContinuationStore, Owner, SessionStore, StoreError};
 
 /// Adds `ARGV[1]` to the owner's index `KEYS[1]` with a deadline `ARGV[2]` ms from now, drops
@@ -38,13 +42,33 @@ redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', math.ceil(tonumber(last[2
 return evicted
 ";
 
-/// Continuations and sessions kept in Redis, so every replica can resume any call.
+/// Creates task record `KEYS[1]` (a hash: version `v`, record `r`) to live `ARGV[2]` ms.
+const CREATE_TASK: &str = r"
+redis.call('HSET', KEYS[1], 'v', 1, 'r', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+";
+
+/// Replaces task record `KEYS[1]` with `ARGV[3]` if it is at version `ARGV[1]`, moving it to
+/// `ARGV[2]`; `HSET` keeps the key's deadline.
+const REPLACE_TASK: &str = r"
+if redis.call('HGET', KEYS[1], 'v') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'v', ARGV[2], 'r', ARGV[3])
+  return 1
+end
+return 0
+";
+
+/// Continuations, sessions and task records kept in Redis, so every replica can resume any call
+/// and read any task.
 pub struct RedisStore {
     connection: RedisConnection,
     prefix: String,
     timeout: Duration,
     share: u64,
     index_within_share: redis::Script,
+    create_task: redis::Script,
+    replace_task: redis::Script,
 }
 
 impl RedisStore {
@@ -58,6 +82,8 @@ impl RedisStore {
             timeout: config.timeout,
             share: share.max(1),
             index_within_share: redis::Script::new(INDEX_WITHIN_SHARE),
+            create_task: redis::Script::new(CREATE_TASK),
+            replace_task: redis::Script::new(REPLACE_TASK),
         })
     }
 
@@ -78,23 +104,30 @@ impl RedisStore {
         value: Vec<u8>,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let mut indexing = self.index_within_share.key(owner_key);
-        indexing.arg(&key).arg(ttl_ms).arg(self.share);
         let write = redis::cmd("SET")
             .arg(&key)
             .arg(value)
             .arg("PX")
-            .arg(ttl_ms)
+            .arg(ttl_millis(ttl))
             .clone();
+        self.within_share(self.run::<()>(&write), &key, owner_key, ttl)
+            .await
+    }
+
+    /// Runs `write` (which writes `key`) together with recording `key` in the owner's index,
+    /// then deletes what the owner holds beyond its share.
+    async fn within_share<T>(
+        &self,
+        write: impl std::future::Future<Output = Result<T, StoreError>>,
+        key: &str,
+        owner_key: String,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let mut indexing = self.index_within_share.key(owner_key);
+        indexing.arg(key).arg(ttl_millis(ttl)).arg(self.share);
         // Sent together: one round trip on a single server (its connection pipelines concurrent
         // commands), and on a cluster each to the node of its slot.
-        let mut connection = self.connection.clone();
-        let ((), evicted): ((), Vec<String>) = tokio::try_join!(
-            self.run(&write),
-            self.connection
-                .bounded(self.timeout, indexing.invoke_async(&mut connection)),
-        )?;
+        let (_, evicted): (T, Vec<String>) = tokio::try_join!(write, self.invoke(indexing))?;
         for key in evicted {
             // Best effort: an eviction that fails leaves an entry to expire on its own.
             let _ = self.run::<()>(redis::cmd("DEL").arg(key)).await;
@@ -111,6 +144,20 @@ impl RedisStore {
         format!("{}record:session:{session_id}", self.prefix)
     }
 
+    fn task_key(&self, id: &str) -> String {
+        format!("{}record:task:{id}", self.prefix)
+    }
+
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        invocation: redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection.clone();
+        self.connection
+            .bounded(self.timeout, invocation.invoke_async(&mut connection))
+            .await
+    }
+
     fn key(&self, id: ContinuationId) -> String {
         format!("{}{}", self.prefix, id.to_hex())
     }
@@ -118,6 +165,11 @@ impl RedisStore {
     async fn run<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, StoreError> {
         query(&self.connection, self.timeout, command).await
     }
+}
+
+/// A time-to-live in whole milliseconds, at least one.
+fn ttl_millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 #[async_trait]
@@ -154,10 +206,9 @@ impl SessionStore for RedisStore {
     }
 
     async fn touch_session(&self, session_id: &str, ttl: Duration) -> Result<bool, StoreError> {
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let command = redis::cmd("PEXPIRE")
             .arg(self.session_key(session_id))
-            .arg(ttl_ms)
+            .arg(ttl_millis(ttl))
             .clone();
         self.run::<bool>(&command).await
     }
@@ -170,5 +221,43 @@ impl SessionStore for RedisStore {
     async fn delete_session(&self, session_id: &str) -> Result<(), StoreError> {
         self.run::<()>(redis::cmd("DEL").arg(self.session_key(session_id)))
             .await
+    }
+}
+
+#[async_trait]
+impl TaskStore for RedisStore {
+    async fn create(
+        &self,
+        owner: &Owner,
+        id: &str,
+        record: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let key = self.task_key(id);
+        let mut invocation = self.create_task.key(&key);
+        invocation.arg(record).arg(ttl_millis(ttl));
+        let owner_key = self.owner_key("tasks", owner);
+        self.within_share(self.invoke::<i64>(invocation), &key, owner_key, ttl)
+            .await
+    }
+
+    async fn read(&self, id: &str) -> Result<Option<Versioned>, StoreError> {
+        let command = redis::cmd("HMGET")
+            .arg(self.task_key(id))
+            .arg("v")
+            .arg("r")
+            .clone();
+        let (version, record): (Option<u64>, Option<Vec<u8>>) = self.run(&command).await?;
+        Ok(version
+            .zip(record)
+            .map(|(version, record)| Versioned { version, record }))
+    }
+
+    async fn replace(&self, id: &str, version: u64, record: Vec<u8>) -> Result<bool, StoreError> {
+        let mut invocation = self.replace_task.key(self.task_key(id));
+        invocation.arg(version).arg(version + 1).arg(record);
+        self.invoke::<i64>(invocation)
+            .await
+            .map(|replaced| replaced == 1)
     }
 }

@@ -248,8 +248,12 @@ async fn serve_request(
             save(endpoint, &session_id, &session).await?;
             return Ok(ok(id, json!({})));
         }
-        // Stateless discovery and listening belong to the 2026-07-28 wire.
-        Method::ServerDiscover | Method::SubscriptionsListen => {
+        // Stateless discovery and listening, and tasks, belong to the 2026-07-28 wire.
+        Method::ServerDiscover
+        | Method::SubscriptionsListen
+        | Method::TasksGet
+        | Method::TasksUpdate
+        | Method::TasksCancel => {
             return Err(ProtocolError::method_not_found(method.as_str()));
         }
         _ => {}
@@ -389,6 +393,8 @@ pub(super) async fn get(
                     }
                     notification_bytes("notifications/resources/updated", &json!({ "uri": uri }))
                 }
+                // Legacy sessions do not get tasks.
+                ServerEvent::TaskChanged(_) => continue,
             };
             if frames_tx.send(sse::frame(&message)).await.is_err() {
                 return;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
 use bytes::Bytes;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -17,8 +17,9 @@ use super::respond::{Accept, WireError, accepted, streamed};
 use super::{Endpoint, owner_of, sse};
 use crate::auth::Principal;
 use crate::protocol::jsonrpc::success_bytes;
+use crate::protocol::version::TASKS_EXTENSION;
 use crate::protocol::{Incoming, Method, ProtocolError, RequestId, RequestMeta, version};
-use crate::server::{Era, RequestEnv, Subscription};
+use crate::server::{Era, RequestEnv, ServerEvent, Subscription};
 use crate::store::Owner;
 
 /// Serves a message of the 2026-07-28 wire.
@@ -118,12 +119,19 @@ async fn serve(
             ));
         }
         let registry = server.registry();
-        let subscription = Subscription::from_params(id.clone(), &params)?.limited_to(
+        let subscription = Subscription::from_params(id.clone(), &params)?;
+        if !subscription.task_ids.is_empty() && !meta.capabilities.tasks {
+            return Err(ProtocolError::missing_capability(
+                json!({ "extensions": { TASKS_EXTENSION: {} } }),
+            ));
+        }
+        let subscription = subscription.limited_to(
             registry.has_tools(),
             registry.has_prompts(),
             registry.has_resources(),
+            server.tasks().is_some(),
         );
-        return Ok(listen(endpoint, subscription));
+        return Ok(listen(endpoint, subscription, principal));
     }
 
     let wants_stream = accept.sse
@@ -144,10 +152,16 @@ async fn serve(
 }
 
 /// Opens a `subscriptions/listen` stream: the acknowledgement, then the events it opted into,
-/// with keep-alive comments, until the client goes away.
-fn listen(endpoint: &Arc<Endpoint>, subscription: Subscription) -> Response<Body> {
+/// with keep-alive comments, until the client goes away. A task's status goes only to the
+/// principal it belongs to.
+fn listen(
+    endpoint: &Arc<Endpoint>,
+    subscription: Subscription,
+    principal: Principal,
+) -> Response<Body> {
     let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
     let mut events = endpoint.server.events().subscribe();
+    let server = endpoint.server.clone();
     let task = tokio::spawn(async move {
         if frames_tx
             .send(sse::frame(&subscription.acknowledgement()))
@@ -159,11 +173,19 @@ fn listen(endpoint: &Arc<Endpoint>, subscription: Subscription) -> Response<Body
         loop {
             match events.recv().await {
                 Ok(event) if subscription.wants(&event) => {
-                    if frames_tx
-                        .send(sse::frame(&subscription.notification(&event)))
-                        .await
-                        .is_err()
-                    {
+                    let frame = match &event {
+                        ServerEvent::TaskChanged(id) => {
+                            let Some(tasks) = server.tasks() else {
+                                continue;
+                            };
+                            match tasks.get(&principal, id).await {
+                                Ok(Value::Object(task)) => subscription.task_notification(task),
+                                _ => continue,
+                            }
+                        }
+                        _ => subscription.notification(&event),
+                    };
+                    if frames_tx.send(sse::frame(&frame)).await.is_err() {
                         return;
                     }
                 }

@@ -10,6 +10,8 @@ use serde_json::{Value, json};
 pub const MODERN: &str = "2026-07-28";
 /// The revision of legacy (initialize) sessions.
 pub const LEGACY: &str = "2025-11-25";
+/// The Tasks extension's schema (`io.modelcontextprotocol/tasks`), kept beside the revisions'.
+pub const TASKS: &str = "ext-tasks";
 
 /// The official schema of `revision`, kept in the repository's `spec-compat/schema/` (found from
 /// any package of the workspace).
@@ -179,7 +181,13 @@ pub fn validate_server_message(request_method: &str, message: &Value) {
             .and_then(Value::as_str)
             .unwrap_or_default();
         run("JSONRPCNotification", message);
-        run(notification_def(method), message);
+        if method == "notifications/tasks" {
+            if let Err(e) = check_in(TASKS, "TaskStatusNotification", message) {
+                failures.push(e);
+            }
+        } else {
+            run(notification_def(method), message);
+        }
     } else if let Some(error) = message.get("error") {
         let code = error
             .get("code")
@@ -190,10 +198,27 @@ pub fn validate_server_message(request_method: &str, message: &Value) {
         }
     } else if let Some(result) = message.get("result") {
         run("JSONRPCResultResponse", message);
-        if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
-            run("InputRequiredResult", result);
-        } else {
-            run(result_def(request_method), result);
+        let tasks_def = match request_method {
+            "tasks/get" => Some("GetTaskResult"),
+            "tasks/update" => Some("UpdateTaskResult"),
+            "tasks/cancel" => Some("CancelTaskResult"),
+            _ => None,
+        };
+        match result.get("resultType").and_then(Value::as_str) {
+            Some("input_required") => run("InputRequiredResult", result),
+            Some("task") => {
+                if let Err(e) = check_in(TASKS, "CreateTaskResult", result) {
+                    failures.push(e);
+                }
+            }
+            _ => match tasks_def {
+                Some(name) => {
+                    if let Err(e) = check_in(TASKS, name, result) {
+                        failures.push(e);
+                    }
+                }
+                None => run(result_def(request_method), result),
+            },
         }
     } else {
         failures.push(format!(

@@ -1,0 +1,250 @@
+//! The task store: where the records of Tasks-extension tasks live, readable by every replica.
+//!
+//! A record is opaque bytes with a version. Reads are plain; every change is a compare-and-swap on
+//! the version, so two replicas changing one task (a worker finishing it while another replica
+//! cancels it) never overwrite each other: the loser reads again and decides afresh. Records
+//! expire on their own at the deadline they were created with.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use super::{Owner, StoreError};
+
+/// A task record as stored, with the version a change must name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    /// Starts at 1 and grows by one with every replacement.
+    pub version: u64,
+    /// The record's bytes.
+    pub record: Vec<u8>,
+}
+
+/// Where task records live (see the module docs).
+#[async_trait]
+pub trait TaskStore: Send + Sync + 'static {
+    /// Stores a new record under `id` for `ttl`, counted against `owner`'s share: an owner past
+    /// its share loses its own oldest records. Durable when it returns: any replica's
+    /// [`read`](Self::read) finds it.
+    async fn create(
+        &self,
+        owner: &Owner,
+        id: &str,
+        record: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// The record under `id`; `None` if there is none or it expired.
+    async fn read(&self, id: &str) -> Result<Option<Versioned>, StoreError>;
+
+    /// Replaces the record if it is still at `version`, keeping its deadline; `false` when it
+    /// changed meanwhile or is gone.
+    async fn replace(&self, id: &str, version: u64, record: Vec<u8>) -> Result<bool, StoreError>;
+}
+
+/// Task records inside this process, for a server running alone: at most `capacity` at once, of
+/// which one owner holds at most its share (past it, its own oldest go). Expired records are
+/// dropped when room is needed.
+pub struct MemoryTaskStore {
+    capacity: usize,
+    share: usize,
+    inner: Mutex<Records>,
+}
+
+#[derive(Default)]
+struct Records {
+    by_id: HashMap<String, Record>,
+    per_owner: HashMap<Owner, usize>,
+}
+
+struct Record {
+    owner: Owner,
+    stored: Versioned,
+    deadline: Instant,
+}
+
+impl MemoryTaskStore {
+    /// A store of at most `capacity` records, `share` of them per owner.
+    pub fn new(capacity: u64, share: u64) -> Self {
+        let capacity = usize::try_from(capacity).unwrap_or(usize::MAX).max(1);
+        Self {
+            capacity,
+            share: usize::try_from(share)
+                .unwrap_or(usize::MAX)
+                .clamp(1, capacity),
+            inner: Mutex::new(Records::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Records> {
+        // A panic while holding the lock leaves plain data behind; keep using it.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Records {
+    fn live(&self, id: &str, now: Instant) -> Option<&Record> {
+        self.by_id.get(id).filter(|record| record.deadline > now)
+    }
+
+    fn held_by(&self, owner: &Owner) -> usize {
+        self.per_owner.get(owner).copied().unwrap_or(0)
+    }
+
+    fn remove(&mut self, id: &str) {
+        if let Some(record) = self.by_id.remove(id)
+            && let Some(count) = self.per_owner.get_mut(&record.owner)
+        {
+            *count -= 1;
+            if *count == 0 {
+                self.per_owner.remove(&record.owner);
+            }
+        }
+    }
+
+    fn drop_expired(&mut self, now: Instant) {
+        let expired: Vec<String> = self
+            .by_id
+            .iter()
+            .filter(|(_, record)| record.deadline <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired {
+            self.remove(&id);
+        }
+    }
+
+    /// Removes `owner`'s record created first (all live as long, so the earliest deadline).
+    fn drop_oldest_of(&mut self, owner: &Owner) {
+        let oldest = self
+            .by_id
+            .iter()
+            .filter(|(_, record)| &record.owner == owner)
+            .min_by_key(|(_, record)| record.deadline)
+            .map(|(id, _)| id.clone());
+        if let Some(id) = oldest {
+            self.remove(&id);
+        }
+    }
+}
+
+#[async_trait]
+impl TaskStore for MemoryTaskStore {
+    async fn create(
+        &self,
+        owner: &Owner,
+        id: &str,
+        record: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let now = Instant::now();
+        let mut records = self.lock();
+        if records.by_id.len() >= self.capacity || records.held_by(owner) >= self.share {
+            records.drop_expired(now);
+        }
+        while records.held_by(owner) >= self.share {
+            records.drop_oldest_of(owner);
+        }
+        if records.by_id.len() >= self.capacity {
+            return Err(StoreError("the task store is full".into()));
+        }
+        let stored = Versioned { version: 1, record };
+        let entry = Record {
+            owner: owner.clone(),
+            stored,
+            deadline: now + ttl,
+        };
+        if records.by_id.insert(id.to_owned(), entry).is_none() {
+            *records.per_owner.entry(owner.clone()).or_default() += 1;
+        }
+        Ok(())
+    }
+
+    async fn read(&self, id: &str) -> Result<Option<Versioned>, StoreError> {
+        let records = self.lock();
+        Ok(records
+            .live(id, Instant::now())
+            .map(|record| record.stored.clone()))
+    }
+
+    async fn replace(&self, id: &str, version: u64, record: Vec<u8>) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        let mut records = self.lock();
+        match records.by_id.get_mut(id) {
+            Some(entry) if entry.deadline > now && entry.stored.version == version => {
+                entry.stored = Versioned {
+                    version: version + 1,
+                    record,
+                };
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_change_that_names_an_old_version_is_refused() {
+        let store = MemoryTaskStore::new(10, 10);
+        let alice = Owner::new("alice");
+        store
+            .create(&alice, "t", b"one".to_vec(), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(store.replace("t", 1, b"two".to_vec()).await.unwrap());
+        assert!(!store.replace("t", 1, b"late".to_vec()).await.unwrap());
+        let read = store.read("t").await.unwrap().unwrap();
+        assert_eq!((read.version, read.record), (2, b"two".to_vec()));
+    }
+
+    #[tokio::test]
+    async fn an_expired_record_is_gone() {
+        let store = MemoryTaskStore::new(10, 10);
+        let alice = Owner::new("alice");
+        store
+            .create(&alice, "a", b"x".to_vec(), Duration::from_millis(20))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert_eq!(store.read("a").await.unwrap(), None);
+        assert!(!store.replace("a", 1, b"z".to_vec()).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn past_its_share_an_owner_loses_its_own_oldest_records_only() {
+        let store = MemoryTaskStore::new(10, 2);
+        let (alice, bob) = (Owner::new("alice"), Owner::new("bob"));
+        let hour = Duration::from_secs(3600);
+        store.create(&bob, "b1", b"b".to_vec(), hour).await.unwrap();
+        for id in ["a1", "a2", "a3"] {
+            store.create(&alice, id, b"a".to_vec(), hour).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert_eq!(store.read("a1").await.unwrap(), None, "alice's oldest went");
+        for kept in ["a2", "a3", "b1"] {
+            assert!(store.read(kept).await.unwrap().is_some(), "{kept} is kept");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_store_refuses_new_records() {
+        let store = MemoryTaskStore::new(2, 2);
+        let hour = Duration::from_secs(3600);
+        for (owner, id) in [("a", "1"), ("b", "2")] {
+            store
+                .create(&Owner::new(owner), id, vec![], hour)
+                .await
+                .unwrap();
+        }
+        let refused = store.create(&Owner::new("c"), "3", vec![], hour).await;
+        assert!(refused.is_err());
+    }
+}

@@ -1,0 +1,411 @@
+//! The Tasks extension (`io.modelcontextprotocol/tasks`): work that outlives its request.
+//!
+//! A tool that calls [`RequestContext::continue_as_task`](crate::mrtr::RequestContext::continue_as_task)
+//! while the client accepts tasks is answered with a `CreateTaskResult`; the task's record is in
+//! the [`TaskStore`] before that answer leaves, so `tasks/get` on any replica finds it. The tool
+//! then runs again, as the task, on the replica that created it, which holds a lease on it and
+//! renews it while working. A question the task asks (`ctx.elicit` and the rest, unchanged) parks
+//! it in `input_required` with no worker at all; `tasks/update` on any replica records the answers,
+//! and the replica that receives the last one runs the tool again from its answers and remembered
+//! work. A lease that lapses (the replica died) turns the task `failed` at the next read, so a
+//! task is never `working` forever. `tasks/cancel` marks the task `cancelled` and stops its
+//! worker wherever it runs: directly on this replica, through the change events on others.
+//!
+//! Every task belongs to the principal that created it; anyone else is told it does not exist.
+
+mod record;
+mod worker;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rand::RngCore;
+use serde_json::{Map, Value, json};
+use tokio::task::AbortHandle;
+
+use record::{Lease, Status, TaskRecord};
+
+use crate::auth::Principal;
+use crate::mrtr::TaskSeed;
+use crate::protocol::ProtocolError;
+use crate::registry::Registry;
+use crate::store::TaskStore;
+
+/// How tasks are kept and run.
+#[derive(Debug, Clone)]
+pub struct TaskSettings {
+    /// How long a task is kept from its creation (`ttlMs`).
+    pub ttl: Duration,
+    /// How often clients are asked to poll (`pollIntervalMs`).
+    pub poll_interval: Duration,
+    /// How long a replica's hold on a working task lasts unless renewed (a third of it apart);
+    /// a replica that dies leaves its tasks `failed` within this time.
+    pub lease: Duration,
+}
+
+impl Default for TaskSettings {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(3600),
+            poll_interval: Duration::from_millis(500),
+            lease: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Called with a task's id whenever its status changes, to tell every replica.
+pub type Announce = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The tasks of one server (see the module docs). Cheap to clone.
+#[derive(Clone)]
+pub struct Tasks {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    store: Arc<dyn TaskStore>,
+    settings: TaskSettings,
+    registry: Arc<Registry>,
+    /// This replica's name in the leases it holds.
+    replica: String,
+    /// The workers running on this replica, by task id.
+    running: Mutex<HashMap<String, AbortHandle>>,
+    announce: Announce,
+}
+
+/// Most attempts at one change before giving up on a task too busy to change.
+const MOST_ATTEMPTS: usize = 32;
+/// Longest task id this server issues or looks up.
+const ID_LENGTH: usize = 32;
+
+/// What a change to a record decided: write the changed record, or leave it as it is.
+enum Change<T> {
+    Write(T),
+    Keep(T),
+}
+
+impl Tasks {
+    /// Tasks kept in `store`, running the tools of `registry`; `announce` hears of every status
+    /// change.
+    pub fn new(
+        store: Arc<dyn TaskStore>,
+        settings: TaskSettings,
+        registry: Arc<Registry>,
+        announce: Announce,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                store,
+                settings,
+                registry,
+                replica: random_hex(),
+                running: Mutex::new(HashMap::new()),
+                announce,
+            }),
+        }
+    }
+
+    /// How tasks are kept and run.
+    pub fn settings(&self) -> &TaskSettings {
+        &self.shared.settings
+    }
+
+    /// Creates the task that continues `tool`'s call from `seed`, starts it on this replica, and
+    /// returns the `CreateTaskResult`. The record is stored before this returns.
+    pub async fn create(
+        &self,
+        tool: &str,
+        arguments: &Value,
+        seed: TaskSeed,
+    ) -> Result<Value, ProtocolError> {
+        let id = random_hex();
+        let now = now_ms();
+        let settings = &self.shared.settings;
+        let record = TaskRecord {
+            owner: seed.principal.id(),
+            user: seed.principal.user().map(str::to_owned),
+            tool: tool.to_owned(),
+            arguments: arguments.clone(),
+            protocol_version: seed.meta.protocol_version,
+            client_info: seed.meta.client_info,
+            capabilities: seed.meta.capabilities,
+            status: Status::Working,
+            status_message: None,
+            created_ms: now,
+            updated_ms: now,
+            ttl_ms: millis(settings.ttl),
+            poll_ms: millis(settings.poll_interval),
+            answers: seed.answers,
+            memo: seed.memo,
+            asked: Vec::new(),
+            result: None,
+            error: None,
+            lease: Some(self.lease_from(now)),
+        };
+        let bytes = encode(&record)?;
+        self.shared
+            .store
+            .create(&seed.owner, &id, bytes, settings.ttl)
+            .await?;
+        let created = record.created(&id);
+        tracing::debug!(task = %id, tool, "task created");
+        self.start(id, record);
+        Ok(created)
+    }
+
+    /// The `tasks/get` result for `principal`'s task `id`.
+    pub async fn get(&self, principal: &Principal, id: &str) -> Result<Value, ProtocolError> {
+        let owner = principal.id();
+        let now = now_ms();
+        let mut lost = false;
+        let detailed = self
+            .modify(id, |task| {
+                if task.owner != owner {
+                    return Change::Keep(None);
+                }
+                if task.worker_lost(now) {
+                    lost = true;
+                    task.set_status(
+                        Status::Failed,
+                        Some("The replica running this task stopped answering".into()),
+                        now,
+                    );
+                    task.error = Some(worker_lost_error());
+                    return Change::Write(Some(task.detailed(id)));
+                }
+                lost = false;
+                Change::Keep(Some(task.detailed(id)))
+            })
+            .await?
+            .flatten()
+            .ok_or_else(not_found)?;
+        if lost {
+            tracing::warn!(task = %id, "task failed: its worker's lease lapsed");
+            (self.shared.announce)(id);
+        }
+        Ok(detailed)
+    }
+
+    /// Records `principal`'s answers to task `id`'s outstanding questions. Answers to keys not
+    /// outstanding are ignored; when the last one arrives the task resumes on this replica.
+    pub async fn update(
+        &self,
+        principal: &Principal,
+        id: &str,
+        responses: Map<String, Value>,
+    ) -> Result<(), ProtocolError> {
+        let owner = principal.id();
+        let now = now_ms();
+        let lease = self.lease_from(now);
+        let changed = self
+            .modify(id, |task| {
+                if task.owner != owner {
+                    return Change::Keep(Err(not_found()));
+                }
+                if task.status != Status::InputRequired {
+                    return Change::Keep(Ok(None));
+                }
+                let mut took = false;
+                for (key, answer) in &responses {
+                    if let Some(at) = task.asked.iter().position(|(asked, _)| asked == key) {
+                        task.asked.remove(at);
+                        task.answers.insert(key.clone(), answer.clone());
+                        took = true;
+                    }
+                }
+                if !took {
+                    return Change::Keep(Ok(None));
+                }
+                if task.asked.is_empty() {
+                    task.set_status(Status::Working, None, now);
+                    task.lease = Some(lease.clone());
+                } else {
+                    task.updated_ms = now;
+                }
+                Change::Write(Ok(Some(task.clone())))
+            })
+            .await?
+            .unwrap_or_else(|| Err(not_found()))?;
+        if let Some(record) = changed {
+            (self.shared.announce)(id);
+            if record.status == Status::Working {
+                self.start(id.to_owned(), record);
+            }
+        }
+        Ok(())
+    }
+
+    /// Cancels `principal`'s task `id` unless it is over already, and stops its worker.
+    pub async fn cancel(&self, principal: &Principal, id: &str) -> Result<(), ProtocolError> {
+        let owner = principal.id();
+        let now = now_ms();
+        let cancelled = self
+            .modify(id, |task| {
+                if task.owner != owner {
+                    return Change::Keep(Err(not_found()));
+                }
+                if task.status.is_terminal() {
+                    return Change::Keep(Ok(false));
+                }
+                task.set_status(
+                    Status::Cancelled,
+                    Some("Cancelled at the client's request".into()),
+                    now,
+                );
+                Change::Write(Ok(true))
+            })
+            .await?
+            .unwrap_or_else(|| Err(not_found()))?;
+        if cancelled {
+            tracing::debug!(task = %id, "task cancelled");
+            self.stop_local(id);
+            (self.shared.announce)(id);
+        }
+        Ok(())
+    }
+
+    /// Hears that task `id` changed, on whichever replica: a worker running it here re-reads
+    /// it and stops if it is no longer its to run.
+    pub fn changed(&self, id: &str) {
+        if !self.lock_running().contains_key(id) {
+            return;
+        }
+        let tasks = self.clone();
+        let id = id.to_owned();
+        tokio::spawn(async move {
+            let still_ours = tasks
+                .read(&id)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|task| tasks.holds(&task));
+            if !still_ours {
+                tasks.stop_local(&id);
+            }
+        });
+    }
+
+    fn holds(&self, task: &TaskRecord) -> bool {
+        task.status == Status::Working
+            && task
+                .lease
+                .as_ref()
+                .is_some_and(|lease| lease.holder == self.shared.replica)
+    }
+
+    fn lease_from(&self, now: u64) -> Lease {
+        Lease {
+            holder: self.shared.replica.clone(),
+            until_ms: now + millis(self.shared.settings.lease),
+        }
+    }
+
+    fn stop_local(&self, id: &str) {
+        if let Some(worker) = self.lock_running().remove(id) {
+            worker.abort();
+        }
+    }
+
+    fn lock_running(&self) -> MutexGuard<'_, HashMap<String, AbortHandle>> {
+        // A panic while holding the lock leaves plain data behind; keep using it.
+        self.shared
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    async fn read(&self, id: &str) -> Result<Option<TaskRecord>, ProtocolError> {
+        if !is_task_id(id) {
+            return Ok(None);
+        }
+        match self.shared.store.read(id).await? {
+            Some(stored) => decode(&stored.record).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads task `id`, lets `change` decide, and writes what it changed unless the task changed
+    /// meanwhile, in which case it reads again and lets `change` decide afresh. `None` when
+    /// there is no such task.
+    async fn modify<T>(
+        &self,
+        id: &str,
+        mut change: impl FnMut(&mut TaskRecord) -> Change<T>,
+    ) -> Result<Option<T>, ProtocolError> {
+        if !is_task_id(id) {
+            return Ok(None);
+        }
+        for _ in 0..MOST_ATTEMPTS {
+            let Some(stored) = self.shared.store.read(id).await? else {
+                return Ok(None);
+            };
+            let mut task = decode(&stored.record)?;
+            match change(&mut task) {
+                Change::Keep(outcome) => return Ok(Some(outcome)),
+                Change::Write(outcome) => {
+                    if self
+                        .shared
+                        .store
+                        .replace(id, stored.version, encode(&task)?)
+                        .await?
+                    {
+                        return Ok(Some(outcome));
+                    }
+                }
+            }
+        }
+        Err(ProtocolError::internal(
+            "The task is changing too often to be changed now; try again",
+        ))
+    }
+}
+
+/// The answer for a task that does not exist, expired, or belongs to someone else: the same for
+/// all three, so task ids cannot be probed.
+fn not_found() -> ProtocolError {
+    ProtocolError::invalid_params("Failed to retrieve task: Task not found")
+}
+
+fn worker_lost_error() -> Value {
+    json!({
+        "code": crate::protocol::error::INTERNAL_ERROR,
+        "message": "The worker running this task was lost (its replica stopped renewing its lease)",
+    })
+}
+
+/// Whether `id` could be a task id this server issued (lower-case hex of 128 random bits).
+fn is_task_id(id: &str) -> bool {
+    id.len() == ID_LENGTH
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// 128 random bits in lower-case hex: task ids and replica names.
+fn random_hex() -> String {
+    let mut bytes = [0u8; ID_LENGTH / 2];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn encode(task: &TaskRecord) -> Result<Vec<u8>, ProtocolError> {
+    serde_json::to_vec(task)
+        .map_err(|e| ProtocolError::internal(format!("cannot store the task: {e}")))
+}
+
+fn decode(bytes: &[u8]) -> Result<TaskRecord, ProtocolError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ProtocolError::internal(format!("stored task is unreadable: {e}")))
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(millis)
+        .unwrap_or_default()
+}

@@ -1,0 +1,206 @@
+//! Running a task on this replica: the tool runs again from the task's answers and remembered
+//! work, under a lease renewed while it works, and its ending (a result, a JSON-RPC error, or
+//! questions) is written to the record only if the task is still this worker's to end.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use serde_json::{Map, Value};
+use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
+
+use super::{Change, Status, TaskRecord, Tasks, millis, now_ms};
+use crate::mrtr::engine::protocol_error;
+use crate::mrtr::rounds::{RoundState, Rounds};
+use crate::mrtr::{HandlerError, RequestContext, TaskMode};
+use crate::protocol::{Method, ProtocolError};
+
+/// How a run of the task's tool ended.
+enum Ending {
+    /// The tool returned this result.
+    Completed(Value),
+    /// The tool failed with this JSON-RPC error.
+    Failed(ProtocolError),
+    /// The tool asks these questions, having read these answers and remembered this work.
+    Asking {
+        asked: Vec<(String, Value)>,
+        answers: Map<String, Value>,
+        memo: Map<String, Value>,
+    },
+}
+
+/// Removes a worker from the running ones when it ends, however it ends (aborted included),
+/// unless a newer worker of the same task took its place meanwhile.
+struct Running {
+    tasks: Tasks,
+    id: String,
+    worker: tokio::task::Id,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut running = self.tasks.lock_running();
+        if running.get(&self.id).map(AbortHandle::id) == Some(self.worker) {
+            running.remove(&self.id);
+        }
+    }
+}
+
+impl Tasks {
+    /// Runs `record`'s tool as task `id` on this replica, which holds its lease.
+    pub(super) fn start(&self, id: String, record: TaskRecord) {
+        // The worker waits until it is registered, so that it cannot end (and unregister)
+        // before it is registered.
+        let (registered, wait) = oneshot::channel::<()>();
+        let tasks = self.clone();
+        let worker_id = id.clone();
+        let worker = tokio::spawn(async move {
+            if wait.await.is_err() {
+                return;
+            }
+            let running = Running {
+                tasks: tasks.clone(),
+                id: worker_id,
+                worker: tokio::task::id(),
+            };
+            tasks.work(&running.id, record).await;
+        });
+        self.lock_running().insert(id, worker.abort_handle());
+        let _ = registered.send(());
+    }
+
+    async fn work(&self, id: &str, record: TaskRecord) {
+        let ending = tokio::select! {
+            ending = self.run(&record) => ending,
+            () = self.keep_lease(id) => return,
+        };
+        let now = now_ms();
+        let replica = self.shared.replica.clone();
+        let written = self
+            .modify(id, |task| {
+                let ours = task.status == Status::Working
+                    && task.lease.as_ref().is_some_and(|l| l.holder == replica);
+                if !ours {
+                    return Change::Keep(false);
+                }
+                match &ending {
+                    Ending::Completed(result) => {
+                        task.set_status(Status::Completed, None, now);
+                        task.result = Some(result.clone());
+                    }
+                    Ending::Failed(error) => {
+                        task.set_status(Status::Failed, Some(error.message.clone()), now);
+                        task.error = Some(error.to_json());
+                    }
+                    Ending::Asking {
+                        asked,
+                        answers,
+                        memo,
+                    } => {
+                        task.set_status(Status::InputRequired, None, now);
+                        task.asked = asked.clone();
+                        task.answers = answers.clone();
+                        task.memo = memo.clone();
+                    }
+                }
+                Change::Write(true)
+            })
+            .await;
+        match written {
+            Ok(Some(true)) => (self.shared.announce)(id),
+            Ok(_) => tracing::debug!(task = %id, "task ended elsewhere; its run's ending dropped"),
+            Err(e) => {
+                tracing::warn!(task = %id, "could not record the task's ending: {}", e.message)
+            }
+        }
+    }
+
+    /// Runs the task's tool once, from its answers and remembered work.
+    async fn run(&self, record: &TaskRecord) -> Ending {
+        let Some(tool) = self.shared.registry.tool(&record.tool) else {
+            return Ending::Failed(ProtocolError::invalid_params(format!(
+                "Unknown tool: {}",
+                record.tool
+            )));
+        };
+        let rounds = Arc::new(Rounds::new(RoundState {
+            available: record.answers.clone(),
+            ..RoundState::default()
+        }));
+        let context = RequestContext::new(
+            record.principal(),
+            record.meta(),
+            None,
+            rounds.clone(),
+            record.memo.clone(),
+            TaskMode::Running,
+        );
+        let call = tool.call(context.clone(), record.arguments.clone());
+        match AssertUnwindSafe(call).catch_unwind().await {
+            Ok(Ok(result)) => match serde_json::to_value(&result) {
+                Ok(value) => Ending::Completed(value),
+                Err(e) => Ending::Failed(ProtocolError::internal(format!(
+                    "the tool's result cannot be written: {e}"
+                ))),
+            },
+            Ok(Err(HandlerError::InputRequired(_))) => {
+                let round = rounds.take();
+                let mut answers = round.used;
+                answers.extend(round.available);
+                let asked = round
+                    .pending
+                    .into_iter()
+                    .filter_map(|(key, request)| Some((key, serde_json::to_value(request).ok()?)))
+                    .collect();
+                Ending::Asking {
+                    asked,
+                    answers,
+                    memo: context.take_memo(),
+                }
+            }
+            Ok(Err(error)) => {
+                Ending::Failed(protocol_error(Method::ToolsCall, &record.tool, error))
+            }
+            Err(_) => {
+                tracing::error!(tool = %record.tool, "the task's tool panicked");
+                Ending::Failed(ProtocolError::internal(format!(
+                    "Internal error while handling tools/call {}",
+                    record.tool
+                )))
+            }
+        }
+    }
+
+    /// Renews this replica's lease on task `id` a third of a lease apart; returns when the task
+    /// is no longer this replica's to run (cancelled, ended elsewhere, or gone).
+    async fn keep_lease(&self, id: &str) {
+        let lease = self.shared.settings.lease;
+        let replica = self.shared.replica.clone();
+        loop {
+            tokio::time::sleep(lease / 3).await;
+            let now = now_ms();
+            let renewed = self
+                .modify(id, |task| {
+                    let ours = task.status == Status::Working
+                        && task.lease.as_ref().is_some_and(|l| l.holder == replica);
+                    match (&mut task.lease, ours) {
+                        (Some(held), true) => {
+                            held.until_ms = now + millis(lease);
+                            Change::Write(true)
+                        }
+                        _ => Change::Keep(false),
+                    }
+                })
+                .await;
+            match renewed {
+                Ok(Some(true)) => {}
+                Ok(_) => return,
+                // The store is out of reach: keep working; the ending's write decides.
+                Err(e) => {
+                    tracing::warn!(task = %id, "could not renew the task's lease: {}", e.message)
+                }
+            }
+        }
+    }
+}

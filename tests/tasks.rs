@@ -1,0 +1,605 @@
+//! The Tasks extension (`io.modelcontextprotocol/tasks`) end to end, against real processes: the
+//! `moviedb-mcp` binary (alone on SQLite, or replicas sharing Redis and PostgreSQL) with a local
+//! OpenAI-compatible provider, and, for a task that asks its user a question, replicas of the
+//! library's conformance fixture server sharing Redis.
+//!
+//! `summarizeMovieReviews` becomes a task for a client that takes tasks when the summary needs a
+//! provider call; its final result is the tool's usual result.
+
+mod support;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::cluster::{Replicas, SharedSettings, example_binary};
+use support::movies::{Backend, Launch, MovieServer, Session, structured};
+use support::net::{accepts_connections, free_port, random_hex, shared_redis_url};
+use support::openai::{Answer, FakeProvider};
+use support::{Client, Reply, checked_client};
+
+const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// A movie with enough reviews for the provider to be asked.
+const MOVIE: i64 = 6;
+const MODEL: &str = "review-writer-test";
+const ANSWER: &str = "SUMMARY: Reviewers adore its heart and its lead performances.\n\
+                      THEMES: heart, performances";
+/// How long anything asynchronous may take before the test fails.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Capabilities of a client that takes tasks and can show forms.
+fn taking_tasks() -> Value {
+    json!({"elicitation": {"form": {}}, "extensions": {TASKS_EXTENSION: {}}})
+}
+
+fn summarize_args() -> Value {
+    json!({"movieId": MOVIE.to_string()})
+}
+
+fn provider_args(provider: &FakeProvider) -> Vec<String> {
+    [
+        "--llm-base-url".to_owned(),
+        provider.base_url(),
+        "--llm-model".to_owned(),
+        MODEL.to_owned(),
+        "--llm-api-key".to_owned(),
+        "sk-test-0123456789abcdef".to_owned(),
+    ]
+    .to_vec()
+}
+
+async fn movie_server(provider: &FakeProvider, more: &[&str]) -> MovieServer {
+    let mut args = provider_args(provider);
+    args.extend(more.iter().map(|arg| (*arg).to_owned()));
+    MovieServer::start_with(
+        Backend::Sqlite,
+        Launch {
+            args,
+            ..Launch::default()
+        },
+    )
+    .await
+}
+
+/// Calls summarizeMovieReviews as a client that takes tasks and checks it got a task; returns
+/// the `CreateTaskResult`.
+async fn summarize_as_task(session: &Session) -> Value {
+    let reply = session
+        .call_with("summarizeMovieReviews", summarize_args(), taking_tasks())
+        .await;
+    assert_eq!(reply.status.as_u16(), 200, "{}", reply.body_text());
+    assert_eq!(
+        reply.result_type(),
+        "task",
+        "an uncached summary is a task for a client that takes tasks: {}",
+        reply.body_text()
+    );
+    reply.result().clone()
+}
+
+fn task_id(created: &Value) -> String {
+    created["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a CreateTaskResult has a taskId: {created}"))
+        .to_owned()
+}
+
+async fn task_request(session: &Session, method: &str, params: Value) -> Reply {
+    session
+        .request(method)
+        .params(params)
+        .capabilities(taking_tasks())
+        .send()
+        .await
+}
+
+async fn get_task(session: &Session, id: &str) -> Reply {
+    task_request(session, "tasks/get", json!({"taskId": id})).await
+}
+
+/// Polls with `get` (a `tasks/get`) until `wanted` holds for the task; returns it.
+async fn poll_task<Get, Sent>(mut get: Get, wanted: impl Fn(&Value) -> bool) -> Value
+where
+    Get: FnMut() -> Sent,
+    Sent: std::future::Future<Output = Reply>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let reply = get().await;
+        assert_eq!(reply.status.as_u16(), 200, "{}", reply.body_text());
+        let task = reply.result().clone();
+        if wanted(&task) {
+            return task;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the task did not get there within {PATIENCE:?}; last seen: {task}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Polls `session`'s `tasks/get` until `wanted` holds for task `id`; returns it.
+async fn wait_for_task(session: &Session, id: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+    poll_task(|| get_task(session, id), wanted).await
+}
+
+fn status_is(status: &'static str) -> impl Fn(&Value) -> bool {
+    move |task| task["status"] == status
+}
+
+fn is_terminal(task: &Value) -> bool {
+    ["completed", "failed", "cancelled"].contains(&task["status"].as_str().unwrap_or_default())
+}
+
+#[tokio::test]
+async fn an_uncached_summary_is_a_task_whose_result_is_the_tools_usual_result() {
+    let provider = FakeProvider::start(Answer::Text(ANSWER.into())).await;
+    let server = movie_server(
+        &provider,
+        &["--task-ttl-secs", "120", "--task-poll-ms", "250"],
+    )
+    .await;
+    let alice = server.user("alice");
+
+    let created = summarize_as_task(&alice).await;
+    assert_eq!(created["ttlMs"], 120_000, "{created}");
+    assert_eq!(created["pollIntervalMs"], 250, "{created}");
+    let id = task_id(&created);
+    let done = wait_for_task(&alice, &id, is_terminal).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let summary = &done["result"]["structuredContent"];
+    assert_eq!(
+        summary["summary"], "Reviewers adore its heart and its lead performances.",
+        "the provider's words: {done}"
+    );
+    assert_eq!(provider.call_count(), 1);
+
+    // The same call now finds the summary cached: it answers at once, with the same result,
+    // whether the client takes tasks or not.
+    let cached = alice
+        .call_with("summarizeMovieReviews", summarize_args(), taking_tasks())
+        .await;
+    assert_eq!(structured(&cached), summary, "{}", cached.body_text());
+    let plain = alice.call("summarizeMovieReviews", summarize_args()).await;
+    assert_eq!(structured(&plain), summary);
+    assert_eq!(provider.call_count(), 1, "served from the cache");
+
+    // A task stays readable after it ended (until its time-to-live).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let again = get_task(&alice, &id).await;
+    assert_eq!(
+        again.result()["status"],
+        "completed",
+        "{}",
+        again.body_text()
+    );
+}
+
+#[tokio::test]
+async fn a_client_without_the_extension_gets_no_task_and_cannot_use_the_task_methods() {
+    let provider = FakeProvider::start(Answer::Text(ANSWER.into())).await;
+    let server = movie_server(&provider, &[]).await;
+    let alice = server.user("alice");
+
+    let reply = alice.call("summarizeMovieReviews", summarize_args()).await;
+    let summary = structured(&reply);
+    assert_eq!(
+        summary["summary"],
+        "Reviewers adore its heart and its lead performances."
+    );
+    assert_eq!(provider.call_count(), 1, "answered within the request");
+
+    for (method, params) in [
+        ("tasks/get", json!({"taskId": "0".repeat(32)})),
+        (
+            "tasks/update",
+            json!({"taskId": "0".repeat(32), "inputResponses": {}}),
+        ),
+        ("tasks/cancel", json!({"taskId": "0".repeat(32)})),
+    ] {
+        let refused = alice.request(method).params(params).send().await;
+        assert_eq!(
+            refused.error_code(),
+            -32021,
+            "{method}: {}",
+            refused.body_text()
+        );
+        assert_eq!(
+            refused.error()["data"]["requiredCapabilities"]["extensions"][TASKS_EXTENSION],
+            json!({}),
+            "{method} names the extension it needs: {}",
+            refused.body_text()
+        );
+    }
+}
+
+#[tokio::test]
+async fn another_users_task_cannot_be_read_answered_or_cancelled() {
+    let provider = FakeProvider::start(Answer::Held(ANSWER.into())).await;
+    let server = movie_server(&provider, &[]).await;
+    let (alice, mallory) = (server.user("alice"), server.user("mallory"));
+    let id = task_id(&summarize_as_task(&alice).await);
+
+    let unknown = get_task(&mallory, &"0".repeat(32)).await;
+    unknown.assert_error(200, -32602);
+    for (method, params) in [
+        ("tasks/get", json!({"taskId": id})),
+        ("tasks/update", json!({"taskId": id, "inputResponses": {}})),
+        ("tasks/cancel", json!({"taskId": id})),
+    ] {
+        let refused = task_request(&mallory, method, params).await;
+        assert_eq!(
+            refused.error_code(),
+            -32602,
+            "{method}: {}",
+            refused.body_text()
+        );
+        assert_eq!(
+            refused.error_message(),
+            unknown.error_message(),
+            "{method} on another user's task answers exactly as for an unknown one"
+        );
+    }
+
+    let still = get_task(&alice, &id).await;
+    assert_eq!(still.result()["status"], "working", "{}", still.body_text());
+    provider.release();
+    let done = wait_for_task(&alice, &id, is_terminal).await;
+    assert_eq!(done["status"], "completed", "{done}");
+}
+
+#[tokio::test]
+async fn cancelling_a_summary_task_drops_its_provider_request() {
+    let provider = FakeProvider::start(Answer::Held(ANSWER.into())).await;
+    let server = movie_server(&provider, &[]).await;
+    let alice = server.user("alice");
+    let id = task_id(&summarize_as_task(&alice).await);
+    assert!(
+        provider.wait_until(PATIENCE, |p| p.call_count() == 1).await,
+        "the task asks the provider"
+    );
+
+    let ack = task_request(&alice, "tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(
+        ack.result(),
+        &json!({"resultType": "complete"}),
+        "{}",
+        ack.body_text()
+    );
+    assert!(
+        provider.wait_until(PATIENCE, |p| p.hang_ups() == 1).await,
+        "the provider sees its caller hang up"
+    );
+    let task = get_task(&alice, &id).await.result().clone();
+    assert_eq!(task["status"], "cancelled", "{task}");
+    assert!(task.get("result").is_none(), "{task}");
+
+    // Cancelling again is acknowledged the same way and changes nothing.
+    let again = task_request(&alice, "tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(again.result(), &json!({"resultType": "complete"}));
+    assert_eq!(get_task(&alice, &id).await.result()["status"], "cancelled");
+}
+
+#[tokio::test]
+async fn a_task_is_gone_once_its_time_to_live_has_passed() {
+    let provider = FakeProvider::start(Answer::Text(ANSWER.into())).await;
+    let server = movie_server(&provider, &["--task-ttl-secs", "2"]).await;
+    let alice = server.user("alice");
+    let created = summarize_as_task(&alice).await;
+    assert_eq!(created["ttlMs"], 2_000);
+    let id = task_id(&created);
+    wait_for_task(&alice, &id, status_is("completed")).await;
+
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    get_task(&alice, &id).await.assert_error(200, -32602);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replicas
+// ---------------------------------------------------------------------------------------------
+
+/// Replicas of `moviedb-mcp` sharing Redis and PostgreSQL, all pointed at `provider`, with
+/// `lease` as the task lease.
+async fn replicas(count: usize, provider: &FakeProvider, lease: Duration) -> Replicas {
+    let mut settings = SharedSettings::new(shared_redis_url());
+    settings.extra_env = vec![
+        ("MOVIEDB_LLM_BASE_URL".into(), provider.base_url()),
+        ("MOVIEDB_LLM_MODEL".into(), MODEL.into()),
+        (
+            "MOVIEDB_LLM_API_KEY".into(),
+            "sk-test-0123456789abcdef".into(),
+        ),
+        (
+            "MOVIEDB_TASK_LEASE_MS".into(),
+            lease.as_millis().to_string(),
+        ),
+    ];
+    Replicas::start_with(count, settings).await
+}
+
+#[tokio::test]
+async fn a_task_created_on_one_replica_is_read_and_cancelled_on_another() {
+    let provider = FakeProvider::start(Answer::Held(ANSWER.into())).await;
+    let replicas = replicas(2, &provider, Duration::from_secs(15)).await;
+    let (on_a, on_b) = (replicas.session(1, "alice"), replicas.session(2, "alice"));
+
+    let id = task_id(&summarize_as_task(&on_a).await);
+    let seen = get_task(&on_b, &id).await;
+    assert_eq!(seen.result()["status"], "working", "{}", seen.body_text());
+    assert!(
+        provider.wait_until(PATIENCE, |p| p.call_count() == 1).await,
+        "replica A asks the provider"
+    );
+
+    let ack = task_request(&on_b, "tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(
+        ack.result()["resultType"],
+        "complete",
+        "{}",
+        ack.body_text()
+    );
+    assert!(
+        provider.wait_until(PATIENCE, |p| p.hang_ups() == 1).await,
+        "the cancel sent to B stops A's provider request"
+    );
+    assert_eq!(get_task(&on_a, &id).await.result()["status"], "cancelled");
+    assert_eq!(get_task(&on_b, &id).await.result()["status"], "cancelled");
+}
+
+#[tokio::test]
+async fn a_task_whose_replica_dies_is_reported_failed_within_a_lease() {
+    let lease = Duration::from_millis(1_500);
+    let provider = FakeProvider::start(Answer::Held(ANSWER.into())).await;
+    let mut replicas = replicas(2, &provider, lease).await;
+    let on_b = replicas.session(2, "alice");
+    let id = task_id(&summarize_as_task(&replicas.session(1, "alice")).await);
+    assert!(
+        provider.wait_until(PATIENCE, |p| p.call_count() == 1).await,
+        "replica A works on it"
+    );
+
+    replicas.replica(1).kill().await;
+    let killed_at = tokio::time::Instant::now();
+    let failed = wait_for_task(&on_b, &id, is_terminal).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("lost")),
+        "the error says the worker was lost: {failed}"
+    );
+    // Seen on B after at most one lease (plus B's polling), never `working` forever.
+    assert!(
+        killed_at.elapsed() < lease + Duration::from_secs(3),
+        "reported after {:?}",
+        killed_at.elapsed()
+    );
+}
+
+/// The library's conformance fixture server (examples/conformance_server), on Redis.
+struct Fixture {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Fixture {
+    fn start(redis_prefix: &str, state_keys: &str, port: u16, log: PathBuf) -> Self {
+        let output = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("open the fixture's log");
+        let child = Command::new(example_binary("conformance_server"))
+            .env("MCP_STATE_KEYS", state_keys)
+            .env_remove("REDIS_URL")
+            .args([
+                "--bind",
+                &SocketAddr::from((Ipv4Addr::LOCALHOST, port)).to_string(),
+            ])
+            .args([
+                "--redis-url",
+                &shared_redis_url(),
+                "--redis-prefix",
+                redis_prefix,
+            ])
+            .stdin(Stdio::null())
+            .stdout(output.try_clone().expect("clone the log handle"))
+            .stderr(output)
+            .spawn()
+            .expect("start the conformance fixture server");
+        let fixture = Self { child, port, log };
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while !accepts_connections(port) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the fixture did not serve; its log:\n{}",
+                std::fs::read_to_string(&fixture.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        fixture
+    }
+
+    fn client(&self) -> Client {
+        checked_client(format!("http://127.0.0.1:{}/mcp", self.port))
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn fixture_task_request(client: &Client, method: &str, params: Value) -> Reply {
+    client
+        .request(method)
+        .params(params)
+        .capabilities(taking_tasks())
+        .send()
+        .await
+}
+
+#[tokio::test]
+async fn a_task_waiting_for_its_user_is_answered_on_another_replica_after_its_creator_restarted() {
+    let prefix = format!("moviedb-tasks-test-{}:", random_hex(6));
+    let keys = moviedb_mcp::mrtr::StateSealer::generate_spec("tasks");
+    let log = std::env::temp_dir().join(format!("moviedb-tasks-fixture-{}.log", random_hex(6)));
+    let port_a = free_port();
+    let mut replica_a = Fixture::start(&prefix, &keys, port_a, log.clone());
+    let replica_b = Fixture::start(&prefix, &keys, free_port(), log.clone());
+
+    let created = fixture_task_request(
+        &replica_a.client(),
+        "tools/call",
+        json!({"name": "confirm_delete", "arguments": {"filename": "notes.txt"}}),
+    )
+    .await;
+    assert_eq!(created.result_type(), "task", "{}", created.body_text());
+    let id = task_id(created.result());
+
+    // The question is visible on B; A holds nothing for it while it waits.
+    let on_b = replica_b.client();
+    let get_on_b = || fixture_task_request(&on_b, "tasks/get", json!({"taskId": id}));
+    let question = poll_task(get_on_b, status_is("input_required")).await;
+    let keys_asked: Vec<&String> = question["inputRequests"]
+        .as_object()
+        .expect("inputRequests is a map")
+        .keys()
+        .collect();
+    assert_eq!(keys_asked.len(), 1, "{question}");
+    let key = keys_asked[0].clone();
+    assert_eq!(
+        question["inputRequests"][&key]["method"],
+        "elicitation/create"
+    );
+
+    // A goes away and comes back; the answer goes to B, which resumes the task.
+    let _ = replica_a.child.kill();
+    let _ = replica_a.child.wait();
+    replica_a = Fixture::start(&prefix, &keys, port_a, log.clone());
+    let ack = fixture_task_request(
+        &replica_b.client(),
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {key: {"action": "accept", "content": {"confirm": true}}}}),
+    )
+    .await;
+    assert_eq!(
+        ack.result(),
+        &json!({"resultType": "complete"}),
+        "{}",
+        ack.body_text()
+    );
+
+    let on_a = replica_a.client();
+    let get_on_a = || fixture_task_request(&on_a, "tasks/get", json!({"taskId": id}));
+    let done = poll_task(get_on_a, is_terminal).await;
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Deleted notes.txt",
+        "{done}"
+    );
+    let _ = std::fs::remove_file(&log);
+}
+
+/// A `subscriptions/listen` stream of `session` following `task_ids`, its acknowledgement read.
+async fn follow_tasks(session: &Session, task_ids: &[&str]) -> (support::EventStream, Value) {
+    let mut stream = session
+        .request("subscriptions/listen")
+        .params(json!({"notifications": {"taskIds": task_ids}}))
+        .capabilities(taking_tasks())
+        .open_stream()
+        .await;
+    let ack = stream.expect_message(PATIENCE).await;
+    (stream, ack)
+}
+
+/// The next `notifications/tasks` on `stream`.
+async fn next_task_notification(stream: &mut support::EventStream) -> Value {
+    loop {
+        let message = stream.expect_message(PATIENCE).await;
+        if message["method"] == "notifications/tasks" {
+            return message["params"].clone();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_listener_on_another_replica_hears_its_tasks_change_and_nobody_else_does() {
+    let provider = FakeProvider::start(Answer::Held(ANSWER.into())).await;
+    let replicas = replicas(2, &provider, Duration::from_secs(15)).await;
+    let on_a = replicas.session(1, "alice");
+    let first = task_id(&summarize_as_task(&on_a).await);
+
+    let on_b = replicas.session(2, "alice");
+    let (mut alices, ack) = follow_tasks(&on_b, &[&first]).await;
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"],
+        json!([first]),
+        "the acknowledgement names the tasks followed: {ack}"
+    );
+    let (mut mallorys, _) = follow_tasks(&replicas.session(2, "mallory"), &[&first]).await;
+
+    provider.release();
+    let done = next_task_notification(&mut alices).await;
+    assert_eq!(done["taskId"], json!(first), "{done}");
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["summary"],
+        "Reviewers adore its heart and its lead performances.",
+        "the notification carries the task as tasks/get shows it: {done}"
+    );
+    assert!(done.get("resultType").is_none(), "{done}");
+
+    // Another user following the same id hears nothing of it.
+    let mut heard = Vec::new();
+    while let Some(message) = mallorys.next_message(Duration::from_secs(1)).await {
+        heard.push(message);
+    }
+    assert!(
+        heard.iter().all(|m| m["method"] != "notifications/tasks"),
+        "mallory heard alice's task: {heard:?}"
+    );
+
+    // A listener must take part in the extension to follow tasks.
+    let refused = on_b
+        .request("subscriptions/listen")
+        .params(json!({"notifications": {"taskIds": [first]}}))
+        .send()
+        .await;
+    assert_eq!(refused.error_code(), -32021, "{}", refused.body_text());
+}
+
+#[cfg(feature = "legacy")]
+#[tokio::test]
+async fn a_legacy_session_gets_no_tasks_whatever_it_declares() {
+    use support::legacy::LegacyClient;
+    let provider = FakeProvider::start(Answer::Text(ANSWER.into())).await;
+    let server = movie_server(&provider, &[]).await;
+    let session = LegacyClient::new(server.url().to_owned(), None)
+        .initialize(json!({"extensions": {TASKS_EXTENSION: {}}}))
+        .await;
+
+    let reply = session
+        .request(
+            "tools/call",
+            json!({"name": "summarizeMovieReviews", "arguments": summarize_args()}),
+        )
+        .await;
+    let result = reply.result();
+    assert!(result.get("taskId").is_none(), "no task: {result}");
+    assert_eq!(
+        result["structuredContent"]["summary"],
+        "Reviewers adore its heart and its lead performances.",
+        "the summary, within the call: {result}"
+    );
+    let refused = session
+        .request("tasks/get", json!({"taskId": "0".repeat(32)}))
+        .await;
+    assert_eq!(refused.error_code(), Some(-32601), "{:?}", refused.messages);
+}
