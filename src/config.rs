@@ -106,6 +106,11 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_KEEPALIVE_SECS", default_value_t = 15)]
     pub keepalive_secs: u64,
 
+    /// Serve Prometheus metrics (`GET /metrics`) on this address instead of the MCP listener's,
+    /// so they need not be public.
+    #[arg(long, env = "MOVIEDB_METRICS_BIND")]
+    pub metrics_bind: Option<SocketAddr>,
+
     /// Tasks (extension `io.modelcontextprotocol/tasks`): how long a task is kept after it was
     /// created, in seconds (its `ttlMs`).
     #[arg(long, env = "MOVIEDB_TASK_TTL_SECS", default_value_t = 3600)]
@@ -119,7 +124,17 @@ pub struct ServeArgs {
     /// a replica that dies leaves its running tasks `failed` within this time.
     #[arg(long, env = "MOVIEDB_TASK_LEASE_MS", default_value_t = 15_000)]
     pub task_lease_ms: u64,
+
+    /// Tasks: most tasks this replica runs at once (a summary task holds one LLM provider
+    /// call); more wait their turn.
+    #[arg(long, env = "MOVIEDB_TASK_MAX_RUNNING", default_value_t = 64)]
+    pub task_max_running: usize,
 }
+
+/// The longest a task may be kept: 30 days.
+const MOST_TASK_TTL_SECS: u64 = 30 * 86_400;
+/// The longest lease a replica may hold on a task: 10 minutes.
+const MOST_TASK_LEASE_MS: u64 = 600_000;
 
 impl ServeArgs {
     /// The library's settings for these arguments.
@@ -145,10 +160,11 @@ impl ServeArgs {
             legacy_session_idle: Duration::from_secs(self.legacy_session_idle_secs.max(1)),
             legacy_session_max: Duration::from_secs(self.legacy_session_max_secs.max(1)),
             tasks: mcp_mrtr::tasks::TaskSettings {
-                ttl: Duration::from_secs(self.task_ttl_secs.max(1)),
+                ttl: Duration::from_secs(self.task_ttl_secs.clamp(1, MOST_TASK_TTL_SECS)),
                 poll_interval: Duration::from_millis(self.task_poll_ms.max(1)),
                 // A third of it apart is renewed: keep it well above a store round trip.
-                lease: Duration::from_millis(self.task_lease_ms.max(300)),
+                lease: Duration::from_millis(self.task_lease_ms.clamp(300, MOST_TASK_LEASE_MS)),
+                max_running: self.task_max_running.max(1),
             },
             ..mcp_mrtr::service::Settings::default()
         }

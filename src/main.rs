@@ -110,6 +110,7 @@ async fn main() -> anyhow::Result<()> {
 
 async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
     app::check_redis(&cli.serve).await?;
+    let metrics = app::install_metrics()?;
     let mut registry = Registry::new();
     let summarizer = Summarizer::configure(&cli.llm, cli.serve.redis()).await?;
     let catalogue = Arc::new(catalogue);
@@ -131,6 +132,13 @@ async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
     };
     let authenticator = Arc::new(JwtAuthenticator::new(&jwt_secret(&cli.database)?)?);
     let router = service::router(&settings, registry, info, Events::new(), authenticator).await?;
+    let router = match cli.serve.metrics_bind {
+        Some(bind) => {
+            app::serve_metrics_apart(bind, metrics).await?;
+            router
+        }
+        None => router.merge(app::metrics_routes(metrics)),
+    };
     service::serve(cli.serve.bind, &settings, router, app::shutdown_signal()).await
 }
 

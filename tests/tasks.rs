@@ -529,6 +529,16 @@ async fn next_task_notification(stream: &mut support::EventStream) -> Value {
     }
 }
 
+/// The first `notifications/tasks` on `stream` that shows the task in `status`.
+async fn notification_of(stream: &mut support::EventStream, status: &str) -> Value {
+    loop {
+        let task = next_task_notification(stream).await;
+        if task["status"] == status {
+            return task;
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_listener_on_another_replica_hears_its_tasks_change_and_nobody_else_does() {
     let provider = FakeProvider::start(Answer::Held(ANSWER.into())).await;
@@ -545,8 +555,13 @@ async fn a_listener_on_another_replica_hears_its_tasks_change_and_nobody_else_do
     );
     let (mut mallorys, _) = follow_tasks(&replicas.session(2, "mallory"), &[&first]).await;
 
+    let now = next_task_notification(&mut alices).await;
+    assert_eq!(
+        now["status"], "working",
+        "first, the task as it stands: {now}"
+    );
     provider.release();
-    let done = next_task_notification(&mut alices).await;
+    let done = notification_of(&mut alices, "completed").await;
     assert_eq!(done["taskId"], json!(first), "{done}");
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(
@@ -555,6 +570,11 @@ async fn a_listener_on_another_replica_hears_its_tasks_change_and_nobody_else_do
         "the notification carries the task as tasks/get shows it: {done}"
     );
     assert!(done.get("resultType").is_none(), "{done}");
+
+    // A listener that comes late hears how the task stands at once.
+    let (mut late, _) = follow_tasks(&on_a, &[&first]).await;
+    let now = next_task_notification(&mut late).await;
+    assert_eq!(now["status"], "completed", "{now}");
 
     // Another user following the same id hears nothing of it.
     let mut heard = Vec::new();
@@ -602,4 +622,87 @@ async fn a_legacy_session_gets_no_tasks_whatever_it_declares() {
         .request("tasks/get", json!({"taskId": "0".repeat(32)}))
         .await;
     assert_eq!(refused.error_code(), Some(-32601), "{:?}", refused.messages);
+}
+
+#[tokio::test]
+async fn an_answer_that_does_not_fit_its_question_is_refused_and_the_task_waits_for_a_good_one() {
+    let prefix = format!("moviedb-tasks-test-{}:", random_hex(6));
+    let keys = moviedb_mcp::mrtr::StateSealer::generate_spec("tasks");
+    let log = std::env::temp_dir().join(format!("moviedb-tasks-fixture-{}.log", random_hex(6)));
+    let fixture = Fixture::start(&prefix, &keys, free_port(), log.clone());
+    let client = fixture.client();
+    let created = fixture_task_request(
+        &client,
+        "tools/call",
+        json!({"name": "confirm_delete", "arguments": {"filename": "draft.txt"}}),
+    )
+    .await;
+    let id = task_id(created.result());
+    let get = || fixture_task_request(&client, "tasks/get", json!({"taskId": id}));
+    let question = poll_task(get, status_is("input_required")).await;
+    let key = question["inputRequests"]
+        .as_object()
+        .and_then(|asked| asked.keys().next().cloned())
+        .expect("a question");
+
+    let misspelt = fixture_task_request(
+        &client,
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {&key: {"action": "acept"}}}),
+    )
+    .await;
+    assert_eq!(misspelt.error_code(), -32602, "{}", misspelt.body_text());
+    assert!(
+        misspelt.error_message().contains(&key),
+        "names the answer: {}",
+        misspelt.body_text()
+    );
+    let still = get().await.result().clone();
+    assert_eq!(
+        still["status"], "input_required",
+        "nothing was recorded: {still}"
+    );
+    assert_eq!(still["inputRequests"], question["inputRequests"]);
+
+    let without = fixture_task_request(&client, "tasks/update", json!({"taskId": id})).await;
+    assert_eq!(without.error_code(), -32602, "inputResponses is required");
+
+    let ack = fixture_task_request(
+        &client,
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {&key: {"action": "decline"}}}),
+    )
+    .await;
+    assert_eq!(
+        ack.result()["resultType"],
+        "complete",
+        "{}",
+        ack.body_text()
+    );
+    let done = poll_task(get, is_terminal).await;
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Kept draft.txt",
+        "{done}"
+    );
+    let _ = std::fs::remove_file(&log);
+}
+
+#[tokio::test]
+async fn a_listener_hears_that_a_dead_replicas_task_failed_without_polling() {
+    let provider = FakeProvider::start(Answer::Held(ANSWER.into())).await;
+    let mut replicas = replicas(2, &provider, Duration::from_millis(1_500)).await;
+    let id = task_id(&summarize_as_task(&replicas.session(1, "alice")).await);
+    assert!(
+        provider.wait_until(PATIENCE, |p| p.call_count() == 1).await,
+        "replica A works on it"
+    );
+    let (mut stream, _) = follow_tasks(&replicas.session(2, "alice"), &[&id]).await;
+    assert_eq!(
+        next_task_notification(&mut stream).await["status"],
+        "working"
+    );
+
+    replicas.replica(1).kill().await;
+    let failed = notification_of(&mut stream, "failed").await;
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
 }

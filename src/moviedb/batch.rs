@@ -40,11 +40,12 @@ pub type Run<Request, Answer> =
 
 impl<Request: Send + 'static, Answer: Send + 'static> Batch<Request, Answer> {
     /// Starts `calls` runners on the current runtime; they stop when the batch is dropped.
-    pub fn start(calls: usize, run: Run<Request, Answer>) -> Self {
+    /// `name` labels the batch's statements in the metrics.
+    pub fn start(name: &'static str, calls: usize, run: Run<Request, Answer>) -> Self {
         let (queue, waiting) = mpsc::channel(MOST_PER_CALL * calls.max(1) * 8);
         let waiting = Arc::new(Mutex::new(waiting));
         for _ in 0..calls.max(1) {
-            tokio::spawn(runner(waiting.clone(), run.clone()));
+            tokio::spawn(runner(name, waiting.clone(), run.clone()));
         }
         Self { queue }
     }
@@ -62,6 +63,7 @@ impl<Request: Send + 'static, Answer: Send + 'static> Batch<Request, Answer> {
 }
 
 async fn runner<Request, Answer>(
+    name: &'static str,
     waiting: Arc<Mutex<mpsc::Receiver<Job<Request, Answer>>>>,
     run: Run<Request, Answer>,
 ) {
@@ -82,7 +84,12 @@ async fn runner<Request, Answer>(
         };
         let (requests, replies): (Vec<_>, Vec<_>) =
             jobs.into_iter().map(|job| (job.request, job.reply)).unzip();
+        metrics::histogram!("moviedb_sql_batch_size", "batch" => name)
+            .record(requests.len() as f64);
+        let started = std::time::Instant::now();
         answer_all(run(requests), replies).await;
+        metrics::histogram!("moviedb_sql_batch_seconds", "batch" => name)
+            .record(started.elapsed().as_secs_f64());
     }
 }
 

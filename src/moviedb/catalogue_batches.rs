@@ -23,7 +23,7 @@ pub fn versions(pool: AnyPool) -> Batch<(), i64> {
             Ok(vec![version; asks.len()])
         })
     });
-    Batch::start(1, run)
+    Batch::start("catalogue_version", 1, run)
 }
 
 /// Answers "the best movies for this mood" on `calls` connections of `pool` at a time.
@@ -62,7 +62,7 @@ pub fn recommendations(pool: AnyPool, calls: usize) -> Batch<Mood, Arc<[MovieSum
                 .collect())
         })
     });
-    Batch::start(calls, run)
+    Batch::start("recommendations", calls, run)
 }
 
 /// Answers "the reviews of this movie, oldest first" on `calls` connections of `pool` at a time.
@@ -104,7 +104,7 @@ pub fn reviews(pool: AnyPool, calls: usize) -> Batch<i64, Arc<[Review]>> {
                 .collect())
         })
     });
-    Batch::start(calls, run)
+    Batch::start("reviews", calls, run)
 }
 
 /// A movie as a recommendation lists it, from a row with its columns.

@@ -59,7 +59,7 @@ pub fn listed_checks(pool: AnyPool, calls: usize) -> Batch<ListedCheck, bool> {
             Ok(listed)
         })
     });
-    Batch::start(calls, run)
+    Batch::start("watchlist_checks", calls, run)
 }
 
 /// Adds [`NewItem`]s on `calls` connections of `pool` at a time; each answer is the new item's
@@ -147,7 +147,7 @@ pub fn additions(pool: AnyPool, postgres: bool, calls: usize) -> Batch<NewItem, 
             Ok(claim(&items, inserted))
         })
     });
-    Batch::start(calls, run)
+    Batch::start("watchlist_additions", calls, run)
 }
 
 /// A row the insert returned: the item's id, its user's name, its title and status.

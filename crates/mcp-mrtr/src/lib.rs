@@ -100,6 +100,7 @@ pub mod auth;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod mrtr;
+mod observe;
 pub mod protocol;
 pub mod registry;
 pub mod server;
@@ -107,3 +108,5 @@ pub mod service;
 pub mod store;
 pub mod tasks;
 pub mod transport;
+
+pub use observe::describe as describe_metrics;

@@ -178,20 +178,38 @@ impl Summarizer {
             return Ok(fallback);
         };
         let key = SummaryKey::new(movie_id, provider.model(), reviews);
-        self.cache
+        let mut computed = false;
+        let text = self
+            .cache
             .get_or_compute(&key, async {
-                match provider.summarize(movie_id, reviews).await {
+                computed = true;
+                let started = std::time::Instant::now();
+                let answer = provider.summarize(movie_id, reviews).await;
+                let outcome = match &answer {
+                    Ok(_) => "ok",
+                    Err(ProviderError::Failed(failure)) => failure.kind(),
+                    Err(ProviderError::Internal(_)) => "internal",
+                };
+                metrics::counter!("moviedb_llm_calls_total", "model" => provider.model().to_owned(), "outcome" => outcome)
+                    .increment(1);
+                metrics::histogram!("moviedb_llm_call_seconds").record(started.elapsed().as_secs_f64());
+                match answer {
                     Ok(text) => Ok((text, self.lifetimes.provider)),
                     Err(ProviderError::Failed(failure)) => {
                         tracing::warn!(
                             movie_id,
                             "LLM provider failed, answering with the server-side summary: {failure}"
                         );
+                        metrics::counter!("moviedb_llm_fallbacks_total", "reason" => failure.kind())
+                            .increment(1);
                         Ok((fallback, self.lifetimes.fallback))
                     }
                     Err(ProviderError::Internal(error)) => Err(error),
                 }
             })
-            .await
+            .await;
+        let result = if computed { "miss" } else { "hit" };
+        metrics::counter!("moviedb_summary_cache_total", "result" => result).increment(1);
+        text
     }
 }

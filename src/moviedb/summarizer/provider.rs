@@ -50,6 +50,19 @@ pub enum ProviderFailure {
     Unreadable(String),
 }
 
+impl ProviderFailure {
+    /// The kind of failure, as a metrics label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::TimedOut(_) => "timed_out",
+            Self::Status { .. } => "http_status",
+            Self::Unreachable(_) => "unreachable",
+            Self::Refused(_) => "refused",
+            Self::Unreadable(_) => "unreadable",
+        }
+    }
+}
+
 /// A provider call that produced no summary.
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {

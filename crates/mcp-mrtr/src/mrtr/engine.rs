@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
@@ -18,6 +18,7 @@ use super::notify::Notifier;
 use super::rounds::{RoundState, Rounds};
 use super::seal::{StateClaims, StateSealer};
 use crate::auth::Principal;
+use crate::observe::{self, Refusal};
 use crate::protocol::input::{InputRequest, OrderedRequests, parse_input_responses};
 use crate::protocol::{Method, ProtocolError, RequestMeta};
 use crate::store::{ContinuationId, ContinuationStore, Owner};
@@ -110,6 +111,12 @@ struct Continuation {
     /// Keys asked in the round that produced this continuation.
     #[serde(rename = "q", default)]
     asked: Vec<String>,
+    /// Rounds answered `input_required` so far in this conversation.
+    #[serde(rename = "r", default)]
+    rounds: u32,
+    /// Unix milliseconds when this continuation was parked.
+    #[serde(rename = "t", default)]
+    parked_ms: u64,
 }
 
 impl Engine {
@@ -161,12 +168,19 @@ impl Engine {
         let mut digest = None;
         let mut round = RoundState::default();
         let mut memo = Map::new();
+        // Rounds of this conversation answered `input_required` before this one.
+        let mut earlier_rounds = 0;
         match call.params.get("requestState") {
             None => round.available = responses,
             Some(Value::String(state)) => {
                 let request = request_digest(call.method.as_str(), call.name, call.arguments);
                 let parked = self.resume(state, &call.principal.id(), &request).await?;
                 digest = Some(request);
+                earlier_rounds = parked.rounds.max(1);
+                if parked.parked_ms > 0 {
+                    let waited = unix_now_ms().saturating_sub(parked.parked_ms);
+                    observe::answer_wait(Duration::from_millis(waited));
+                }
                 round.available = parked.answers;
                 memo = parked.memo;
                 // Only answers to the questions of the last round count; the rest is ignored.
@@ -198,20 +212,27 @@ impl Engine {
             tasks,
         );
         match handler(context.clone()).await {
-            Ok(result) => Ok(Outcome::Complete(result)),
+            Ok(result) => {
+                if earlier_rounds > 0 {
+                    observe::conversation_completed(earlier_rounds + 1);
+                }
+                Ok(Outcome::Complete(result))
+            }
             Err(HandlerError::InputRequired(_)) => {
+                if earlier_rounds == 0 {
+                    observe::conversation_started();
+                }
                 let digest = digest.unwrap_or_else(|| {
                     request_digest(call.method.as_str(), call.name, call.arguments)
                 });
-                self.park(
-                    rounds.take(),
-                    context.take_memo(),
-                    context.principal().id(),
-                    &call.owner,
-                    digest,
-                )
-                .await
-                .map(Outcome::InputRequired)
+                let parked = Parked {
+                    round: rounds.take(),
+                    memo: context.take_memo(),
+                    rounds: earlier_rounds + 1,
+                };
+                self.park(parked, context.principal().id(), &call.owner, digest)
+                    .await
+                    .map(Outcome::InputRequired)
             }
             Err(HandlerError::TaskRequested(_)) => Ok(Outcome::Task(TaskSeed {
                 principal: context.principal().clone(),
@@ -231,34 +252,41 @@ impl Engine {
         principal: &str,
         digest: &[u8; 32],
     ) -> Result<Continuation, ProtocolError> {
+        let refuse = |reason, message: &str| {
+            observe::state_refused(reason);
+            ProtocolError::invalid_params(message)
+        };
         let claims = self
             .sealer
             .open(state)
-            .map_err(|e| ProtocolError::invalid_params(e.to_string()))?;
+            .map_err(|e| refuse(Refusal::Tampered, &e.to_string()))?;
         if claims.expires_at < unix_now() {
-            return Err(ProtocolError::invalid_params(
+            return Err(refuse(
+                Refusal::Expired,
                 "requestState has expired; send the request again without requestState to start over",
             ));
         }
         if claims.principal != principal {
-            return Err(ProtocolError::invalid_params(
+            return Err(refuse(
+                Refusal::WrongPrincipal,
                 "requestState belongs to another principal",
             ));
         }
         if &claims.request_digest != digest {
-            return Err(ProtocolError::invalid_params(
+            return Err(refuse(
+                Refusal::WrongRequest,
                 "requestState was issued for a different request (method, name or arguments differ)",
             ));
         }
-        let payload = self
-            .store
-            .take(claims.continuation)
-            .await?
-            .ok_or_else(|| {
-                ProtocolError::invalid_params(
-                    "requestState has already been used or its continuation is gone; send the request again without requestState to start over",
-                )
-            })?;
+        let started = Instant::now();
+        let taken = self.store.take(claims.continuation).await;
+        observe::store_operation(self.store.kind(), "take", started.elapsed());
+        let payload = taken?.ok_or_else(|| {
+            refuse(
+                Refusal::Replayed,
+                "requestState has already been used or its continuation is gone; send the request again without requestState to start over",
+            )
+        })?;
         serde_json::from_slice(&payload)
             .map_err(|e| ProtocolError::internal(format!("stored continuation is unreadable: {e}")))
     }
@@ -266,22 +294,31 @@ impl Engine {
     /// Parks what the handler has so far and seals a state pointing at it.
     async fn park(
         &self,
-        round: RoundState,
-        memo: Map<String, Value>,
+        parked: Parked,
         principal: String,
         owner: &Owner,
         digest: [u8; 32],
     ) -> Result<InputRequired, ProtocolError> {
+        let Parked {
+            round,
+            memo,
+            rounds,
+        } = parked;
         let asked = round.pending.iter().map(|(key, _)| key.clone()).collect();
         let continuation = Continuation {
             answers: round.used,
             memo,
             asked,
+            rounds,
+            parked_ms: unix_now_ms(),
         };
         let payload = serde_json::to_vec(&continuation)
             .map_err(|e| ProtocolError::internal(format!("cannot store continuation: {e}")))?;
         let id = ContinuationId::random();
-        self.store.put(owner, id, payload, self.state_ttl).await?;
+        let started = Instant::now();
+        let put = self.store.put(owner, id, payload, self.state_ttl).await;
+        observe::store_operation(self.store.kind(), "put", started.elapsed());
+        put?;
         let claims = StateClaims {
             continuation: id,
             principal,
@@ -317,6 +354,21 @@ fn unix_now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or_default()
+}
+
+fn unix_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or_default()
+}
+
+/// What a round that asked leaves for the next one.
+struct Parked {
+    round: RoundState,
+    memo: Map<String, Value>,
+    /// Rounds answered `input_required` so far, this one included.
+    rounds: u32,
 }
 
 /// SHA-256 over the method, the name and the arguments in canonical JSON (keys sorted), so the

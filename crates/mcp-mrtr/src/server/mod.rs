@@ -6,6 +6,7 @@ pub mod events;
 mod reply;
 
 use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::{self, error::RecvError};
@@ -16,6 +17,7 @@ use reply::{decorate, finish};
 
 use crate::auth::Principal;
 use crate::mrtr::{Asker, Call, Engine, Notifier, Outcome};
+use crate::observe;
 use crate::protocol::error::excerpt;
 use crate::protocol::input::parse_input_responses;
 use crate::protocol::version::{self, META_SERVER_INFO, TASKS_EXTENSION};
@@ -176,7 +178,8 @@ impl Server {
             }
     }
 
-    /// The capabilities declared in `server/discover`.
+    /// The capabilities declared in `server/discover`; legacy sessions get them without the
+    /// extensions, which only the 2026-07-28 wire offers.
     pub fn capabilities(&self) -> Value {
         let mut caps = Map::new();
         if self.registry.has_tools() {
@@ -201,6 +204,24 @@ impl Server {
 
     /// Handles one request of the 2026-07-28 wire (`subscriptions/listen` is the transport's).
     pub async fn handle(
+        &self,
+        method: Method,
+        params: &Map<String, Value>,
+        env: RequestEnv,
+    ) -> Result<Reply, ProtocolError> {
+        let started = Instant::now();
+        let reply = self.dispatch(method, params, env).await;
+        let outcome = match &reply {
+            Ok(Reply::InputRequired(_)) => "input_required",
+            Ok(Reply::Task(_)) => "task",
+            Ok(_) => "complete",
+            Err(error) => observe::error_outcome(error.code),
+        };
+        observe::request(method, outcome, started.elapsed());
+        reply
+    }
+
+    async fn dispatch(
         &self,
         method: Method,
         params: &Map<String, Value>,
@@ -357,6 +378,9 @@ impl Server {
         match method {
             Method::TasksGet => tasks.get(&env.principal, id).await,
             Method::TasksUpdate => {
+                if !params.contains_key("inputResponses") {
+                    return Err(ProtocolError::invalid_params("Missing inputResponses"));
+                }
                 let responses = parse_input_responses(params)?;
                 tasks.update(&env.principal, id, responses).await?;
                 Ok(json!({}))

@@ -12,12 +12,14 @@
 use std::borrow::Borrow;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
 use super::{ContinuationId, ContinuationStore, Owner, SessionStore, StoreError};
+use crate::observe;
 
 /// Most shards per table (fewer when the capacity is smaller).
 const SHARDS: usize = 16;
@@ -42,8 +44,8 @@ impl MemoryStore {
             .unwrap_or(usize::MAX)
             .clamp(1, capacity);
         Self {
-            parked: Table::new(capacity, share),
-            sessions: Table::new(capacity, share),
+            parked: Table::new(capacity, share, true),
+            sessions: Table::new(capacity, share, false),
         }
     }
 }
@@ -63,6 +65,10 @@ impl ContinuationStore for MemoryStore {
 
     async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.parked.take(&id))
+    }
+
+    fn kind(&self) -> &'static str {
+        "memory"
     }
 }
 
@@ -108,6 +114,10 @@ struct Table<K> {
     /// Locked after a shard is released, or before one is locked: never while holding one.
     owners: Mutex<HashMap<Owner, Holdings<K>>>,
     share: usize,
+    /// Entries held now, for metrics.
+    live: AtomicI64,
+    /// Whether the table reports its entries as continuations in the metrics.
+    observed: bool,
 }
 
 struct Shard<K> {
@@ -133,7 +143,7 @@ struct Holdings<K> {
 
 impl<K: Hash + Eq + Clone> Table<K> {
     /// Shards whose capacities add up to exactly `capacity`.
-    fn new(capacity: usize, share: usize) -> Self {
+    fn new(capacity: usize, share: usize, observed: bool) -> Self {
         let count = capacity.min(SHARDS);
         let shards = (0..count)
             .map(|i| {
@@ -149,7 +159,21 @@ impl<K: Hash + Eq + Clone> Table<K> {
             hasher: RandomState::new(),
             owners: Mutex::new(HashMap::new()),
             share,
+            live: AtomicI64::new(0),
+            observed,
         }
+    }
+
+    /// Counts `added` entries in, `taken` ones out and `dropped` unread ones out (expired or
+    /// evicted), for the metrics.
+    fn count(&self, added: usize, taken: usize, dropped: usize) {
+        if !self.observed {
+            return;
+        }
+        let change = added as i64 - taken as i64 - dropped as i64;
+        let now = self.live.fetch_add(change, Ordering::Relaxed) + change;
+        observe::continuations_pending("memory", usize::try_from(now).unwrap_or(0));
+        observe::conversations_abandoned("memory", dropped);
     }
 
     fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, Shard<K>> {
@@ -170,6 +194,7 @@ impl<K: Hash + Eq + Clone> Table<K> {
             owner: owner.clone(),
         };
         let removed = self.shard(&key).insert(key.clone(), entry, now);
+        let mut dropped = removed.len();
         let mut owners = lock(&self.owners);
         release(&mut owners, removed);
         let holdings = owners.entry(owner.clone()).or_insert_with(|| Holdings {
@@ -186,6 +211,7 @@ impl<K: Hash + Eq + Clone> Table<K> {
             if shard.entries.get(&key).is_some_and(|e| e.expires_at == at) {
                 shard.entries.remove(&key);
                 holdings.live -= 1;
+                dropped += 1;
             }
         }
         if holdings.order.len() > 2 * holdings.live + STALE_SLACK {
@@ -196,6 +222,8 @@ impl<K: Hash + Eq + Clone> Table<K> {
                 .retain(|(at, key)| lock_entry_matches(self, key, *at));
             holdings.live = holdings.order.len();
         }
+        drop(owners);
+        self.count(1, 0, dropped);
     }
 
     /// Removes and returns a live entry.
@@ -205,7 +233,10 @@ impl<K: Hash + Eq + Clone> Table<K> {
     {
         let entry = self.shard(key).entries.remove(key)?;
         release(&mut lock(&self.owners), [entry.owner]);
-        (Instant::now() < entry.expires_at).then_some(entry.payload)
+        let live = Instant::now() < entry.expires_at;
+        // Taken too late, it was abandoned all the same.
+        self.count(0, usize::from(live), usize::from(!live));
+        live.then_some(entry.payload)
     }
 
     /// Returns a copy of a live entry.

@@ -103,6 +103,11 @@ pub trait ContinuationStore: Send + Sync + 'static {
 
     /// Removes and returns the payload; `None` if it was never stored, expired or already taken.
     async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// The store's name in metrics (`memory`, `redis`).
+    fn kind(&self) -> &'static str {
+        "custom"
+    }
 }
 
 /// Where sessions live (2025-11-25 clients' `Mcp-Session-Id`): small records every replica must

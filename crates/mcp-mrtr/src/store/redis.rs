@@ -189,6 +189,10 @@ impl ContinuationStore for RedisStore {
     async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
         self.run(redis::cmd("GETDEL").arg(self.key(id))).await
     }
+
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
 }
 
 #[async_trait]

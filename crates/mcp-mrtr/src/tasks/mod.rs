@@ -22,13 +22,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
 use serde_json::{Map, Value, json};
+use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 
 use record::{Lease, Status, TaskRecord};
 
 use crate::auth::Principal;
 use crate::mrtr::TaskSeed;
+use crate::observe;
 use crate::protocol::ProtocolError;
+use crate::protocol::input::{Elicitation, Roots, Sampling};
 use crate::registry::Registry;
 use crate::store::TaskStore;
 
@@ -42,6 +45,8 @@ pub struct TaskSettings {
     /// How long a replica's hold on a working task lasts unless renewed (a third of it apart);
     /// a replica that dies leaves its tasks `failed` within this time.
     pub lease: Duration,
+    /// Most tasks one replica runs at once; more wait their turn, `working`.
+    pub max_running: usize,
 }
 
 impl Default for TaskSettings {
@@ -50,6 +55,7 @@ impl Default for TaskSettings {
             ttl: Duration::from_secs(3600),
             poll_interval: Duration::from_millis(500),
             lease: Duration::from_secs(15),
+            max_running: 64,
         }
     }
 }
@@ -71,6 +77,8 @@ struct Shared {
     replica: String,
     /// The workers running on this replica, by task id.
     running: Mutex<HashMap<String, AbortHandle>>,
+    /// One per task this replica may run at once.
+    slots: Arc<Semaphore>,
     announce: Announce,
 }
 
@@ -97,10 +105,11 @@ impl Tasks {
         Self {
             shared: Arc::new(Shared {
                 store,
-                settings,
                 registry,
                 replica: random_hex(),
                 running: Mutex::new(HashMap::new()),
+                slots: Arc::new(Semaphore::new(settings.max_running.max(1))),
+                settings,
                 announce,
             }),
         }
@@ -144,13 +153,20 @@ impl Tasks {
             lease: Some(self.lease_from(now)),
         };
         let bytes = encode(&record)?;
-        self.shared
-            .store
-            .create(&seed.owner, &id, bytes, settings.ttl)
-            .await?;
         let created = record.created(&id);
-        tracing::debug!(task = %id, tool, "task created");
-        self.start(id, record);
+        // Stored and started apart from the request, so a client that hangs up meanwhile cannot
+        // leave a record with no worker.
+        let tasks = self.clone();
+        let (ttl, owner) = (settings.ttl, seed.owner);
+        tokio::spawn(async move {
+            tasks.shared.store.create(&owner, &id, bytes, ttl).await?;
+            tracing::debug!(task = %id, tool = %record.tool, "task created");
+            observe::task("created");
+            tasks.start(id, record);
+            Ok::<_, ProtocolError>(())
+        })
+        .await
+        .map_err(|e| ProtocolError::internal(format!("creating the task failed: {e}")))??;
         Ok(created)
     }
 
@@ -182,20 +198,36 @@ impl Tasks {
             .ok_or_else(not_found)?;
         if lost {
             tracing::warn!(task = %id, "task failed: its worker's lease lapsed");
+            observe::task("failed");
             (self.shared.announce)(id);
         }
         Ok(detailed)
     }
 
     /// Records `principal`'s answers to task `id`'s outstanding questions. Answers to keys not
-    /// outstanding are ignored; when the last one arrives the task resumes on this replica.
+    /// outstanding are ignored; an answer that does not fit its question is refused with -32602
+    /// and nothing is recorded. When the last one arrives the task resumes on this replica.
     pub async fn update(
         &self,
         principal: &Principal,
         id: &str,
         responses: Map<String, Value>,
     ) -> Result<(), ProtocolError> {
-        let owner = principal.id();
+        // Recorded and started apart from the request, so a client that hangs up meanwhile
+        // cannot leave a task marked working with no worker.
+        let tasks = self.clone();
+        let (owner, id) = (principal.id(), id.to_owned());
+        tokio::spawn(async move { tasks.record_answers(&owner, &id, &responses).await })
+            .await
+            .map_err(|e| ProtocolError::internal(format!("recording the answers failed: {e}")))?
+    }
+
+    async fn record_answers(
+        &self,
+        owner: &str,
+        id: &str,
+        responses: &Map<String, Value>,
+    ) -> Result<(), ProtocolError> {
         let now = now_ms();
         let lease = self.lease_from(now);
         let changed = self
@@ -207,12 +239,16 @@ impl Tasks {
                     return Change::Keep(Ok(None));
                 }
                 let mut took = false;
-                for (key, answer) in &responses {
-                    if let Some(at) = task.asked.iter().position(|(asked, _)| asked == key) {
-                        task.asked.remove(at);
-                        task.answers.insert(key.clone(), answer.clone());
-                        took = true;
+                for (key, answer) in responses {
+                    let Some(at) = task.asked.iter().position(|(asked, _)| asked == key) else {
+                        continue;
+                    };
+                    if let Err(refusal) = fits(key, &task.asked[at].1, answer) {
+                        return Change::Keep(Err(refusal));
                     }
+                    task.asked.remove(at);
+                    task.answers.insert(key.clone(), answer.clone());
+                    took = true;
                 }
                 if !took {
                     return Change::Keep(Ok(None));
@@ -259,6 +295,7 @@ impl Tasks {
             .unwrap_or_else(|| Err(not_found()))?;
         if cancelled {
             tracing::debug!(task = %id, "task cancelled");
+            observe::task("cancelled");
             self.stop_local(id);
             (self.shared.announce)(id);
         }
@@ -268,9 +305,9 @@ impl Tasks {
     /// Hears that task `id` changed, on whichever replica: a worker running it here re-reads
     /// it and stops if it is no longer its to run.
     pub fn changed(&self, id: &str) {
-        if !self.lock_running().contains_key(id) {
+        let Some(worker) = self.lock_running().get(id).map(AbortHandle::id) else {
             return;
-        }
+        };
         let tasks = self.clone();
         let id = id.to_owned();
         tokio::spawn(async move {
@@ -281,7 +318,7 @@ impl Tasks {
                 .flatten()
                 .is_some_and(|task| tasks.holds(&task));
             if !still_ours {
-                tasks.stop_local(&id);
+                tasks.stop_worker(&id, worker);
             }
         });
     }
@@ -304,6 +341,16 @@ impl Tasks {
     fn stop_local(&self, id: &str) {
         if let Some(worker) = self.lock_running().remove(id) {
             worker.abort();
+        }
+    }
+
+    /// Stops task `id`'s worker if it is still `worker`, not one started since.
+    fn stop_worker(&self, id: &str, worker: tokio::task::Id) {
+        let mut running = self.lock_running();
+        if running.get(id).map(AbortHandle::id) == Some(worker)
+            && let Some(handle) = running.remove(id)
+        {
+            handle.abort();
         }
     }
 
@@ -358,6 +405,17 @@ impl Tasks {
         Err(ProtocolError::internal(
             "The task is changing too often to be changed now; try again",
         ))
+    }
+}
+
+/// Whether `answer` answers the question `asked` (as sent in `inputRequests`) in the shape its
+/// kind calls for; -32602 naming the key otherwise.
+fn fits(key: &str, asked: &Value, answer: &Value) -> Result<(), ProtocolError> {
+    match asked.get("method").and_then(Value::as_str) {
+        Some("elicitation/create") => Elicitation::from_response(key, answer).map(drop),
+        Some("sampling/createMessage") => Sampling::from_response(key, answer).map(drop),
+        Some("roots/list") => Roots::from_response(key, answer).map(drop),
+        _ => Ok(()),
     }
 }
 

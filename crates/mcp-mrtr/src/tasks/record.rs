@@ -6,6 +6,10 @@ use serde_json::{Map, Value, json};
 use crate::auth::Principal;
 use crate::protocol::{ClientCapabilities, RequestMeta};
 
+/// How far apart the clocks of two replicas may be: a lease is judged lapsed only this long after
+/// its holder's deadline.
+const CLOCK_SKEW_MS: u64 = 1_000;
+
 /// A task's status, as the extension names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -128,9 +132,14 @@ impl TaskRecord {
         }
     }
 
-    /// Whether the task is working under a lease that lapsed before `now_ms`.
+    /// Whether the task is working under a lease that lapsed before `now_ms`, by more than the
+    /// clocks of two replicas may disagree.
     pub fn worker_lost(&self, now_ms: u64) -> bool {
-        self.status == Status::Working && self.lease.as_ref().is_none_or(|l| l.until_ms < now_ms)
+        self.status == Status::Working
+            && self
+                .lease
+                .as_ref()
+                .is_none_or(|l| l.until_ms.saturating_add(CLOCK_SKEW_MS) < now_ms)
     }
 
     /// The `Task` fields: what `CreateTaskResult` and every `tasks/get` carry.

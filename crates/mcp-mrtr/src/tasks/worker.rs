@@ -14,7 +14,11 @@ use super::{Change, Status, TaskRecord, Tasks, millis, now_ms};
 use crate::mrtr::engine::protocol_error;
 use crate::mrtr::rounds::{RoundState, Rounds};
 use crate::mrtr::{HandlerError, RequestContext, TaskMode};
+use crate::observe;
 use crate::protocol::{Method, ProtocolError};
+
+/// How long to wait before trying again to record a task's ending.
+const ENDING_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// How a run of the task's tool ended.
 enum Ending {
@@ -71,48 +75,74 @@ impl Tasks {
     }
 
     async fn work(&self, id: &str, record: TaskRecord) {
+        // A replica runs a bounded number of tasks at once; the others wait their turn, still
+        // holding their lease.
+        let _slot = tokio::select! {
+            slot = self.shared.slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+            () = self.keep_lease(id) => return,
+        };
         let ending = tokio::select! {
             ending = self.run(&record) => ending,
             () = self.keep_lease(id) => return,
         };
-        let now = now_ms();
         let replica = self.shared.replica.clone();
-        let written = self
-            .modify(id, |task| {
-                let ours = task.status == Status::Working
-                    && task.lease.as_ref().is_some_and(|l| l.holder == replica);
-                if !ours {
-                    return Change::Keep(false);
-                }
-                match &ending {
-                    Ending::Completed(result) => {
-                        task.set_status(Status::Completed, None, now);
-                        task.result = Some(result.clone());
-                    }
-                    Ending::Failed(error) => {
-                        task.set_status(Status::Failed, Some(error.message.clone()), now);
-                        task.error = Some(error.to_json());
-                    }
-                    Ending::Asking {
-                        asked,
-                        answers,
-                        memo,
-                    } => {
-                        task.set_status(Status::InputRequired, None, now);
-                        task.asked = asked.clone();
-                        task.answers = answers.clone();
-                        task.memo = memo.clone();
-                    }
-                }
-                Change::Write(true)
-            })
-            .await;
-        match written {
-            Ok(Some(true)) => (self.shared.announce)(id),
-            Ok(_) => tracing::debug!(task = %id, "task ended elsewhere; its run's ending dropped"),
-            Err(e) => {
-                tracing::warn!(task = %id, "could not record the task's ending: {}", e.message)
+        let now = now_ms();
+        let mut settle = |task: &mut TaskRecord| {
+            let ours = task.status == Status::Working
+                && task.lease.as_ref().is_some_and(|l| l.holder == replica);
+            if !ours {
+                return Change::Keep(false);
             }
+            match &ending {
+                Ending::Completed(result) => {
+                    task.set_status(Status::Completed, None, now);
+                    task.result = Some(result.clone());
+                }
+                Ending::Failed(error) => {
+                    task.set_status(Status::Failed, Some(error.message.clone()), now);
+                    task.error = Some(error.to_json());
+                }
+                Ending::Asking {
+                    asked,
+                    answers,
+                    memo,
+                } => {
+                    task.set_status(Status::InputRequired, None, now);
+                    task.asked = asked.clone();
+                    task.answers = answers.clone();
+                    task.memo = memo.clone();
+                }
+            }
+            Change::Write(true)
+        };
+        // The store may fail for a moment: try again while the lease holds, rather than lose
+        // work that may have taken long.
+        let deadline = tokio::time::Instant::now() + self.shared.settings.lease;
+        let written = loop {
+            match self.modify(id, &mut settle).await {
+                Ok(written) => break written,
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    tracing::warn!(task = %id, "could not record the task's ending yet: {}", e.message);
+                    tokio::time::sleep(ENDING_RETRY).await;
+                }
+                Err(e) => {
+                    tracing::error!(task = %id, "could not record the task's ending: {}", e.message);
+                    return;
+                }
+            }
+        };
+        if written == Some(true) {
+            observe::task(match ending {
+                Ending::Completed(_) => "completed",
+                Ending::Failed(_) => "failed",
+                Ending::Asking { .. } => "input_required",
+            });
+            (self.shared.announce)(id);
+        } else {
+            tracing::debug!(task = %id, "task ended elsewhere; its run's ending dropped");
         }
     }
 

@@ -24,6 +24,7 @@ use super::respond::{Accept, WireError, accepted, streamed};
 use super::{Endpoint, TransportOptions, owner_of, sse};
 use crate::auth::Principal;
 use crate::mrtr::{Asker, LegacyPeer, PendingAnswers};
+use crate::observe;
 use crate::protocol::jsonrpc::{notification_bytes, success_bytes};
 use crate::protocol::{
     ClientCapabilities, Incoming, LogLevel, Method, ProtocolError, RequestId, RequestMeta, version,
@@ -337,11 +338,12 @@ async fn initialize(
     if let Err(e) = save(endpoint, &session_id, &session).await {
         return legacy_error(id, e).into_response();
     }
+    observe::legacy_session(true);
     let server = &endpoint.server;
     let info = server.info();
     let mut result = json!({
         "protocolVersion": negotiated,
-        "capabilities": server.capabilities(),
+        "capabilities": legacy_capabilities(server),
         "serverInfo": { "name": info.name, "version": info.version },
     });
     if let Some(instructions) = &info.instructions {
@@ -408,6 +410,16 @@ pub(super) async fn get(
     ))
 }
 
+/// The server's capabilities as a 2025-11-25 session gets them: without the extensions (tasks),
+/// which this server offers on the 2026-07-28 wire only.
+fn legacy_capabilities(server: &crate::server::Server) -> Value {
+    let mut capabilities = server.capabilities();
+    if let Some(declared) = capabilities.as_object_mut() {
+        declared.remove("extensions");
+    }
+    capabilities
+}
+
 /// Ends a session.
 pub(super) async fn delete(
     State(endpoint): State<Arc<Endpoint>>,
@@ -417,6 +429,7 @@ pub(super) async fn delete(
     match endpoint.legacy.sessions.delete_session(&session_id).await {
         Ok(()) => {
             tracing::info!(session = %session_id, "legacy session ended");
+            observe::legacy_session(false);
             Ok(Response::builder()
                 .status(StatusCode::OK)
                 .body(Body::empty())

@@ -7,6 +7,7 @@ mod drain;
 mod front;
 mod headers;
 mod health;
+mod layers;
 #[cfg(feature = "legacy")]
 mod legacy;
 mod listen;
@@ -73,7 +74,8 @@ pub(crate) struct Endpoint {
     legacy: legacy::LegacyWire,
 }
 
-/// The router serving MCP at `path`, with `/healthz` and `/readyz` running `readiness`.
+/// The router serving MCP at `path`, with `/healthz` and `/readyz` running `readiness`, inside
+/// the HTTP layers (request ids, spans, CORS, panics answered).
 pub fn router(
     server: Arc<Server>,
     options: TransportOptions,
@@ -81,6 +83,7 @@ pub fn router(
     readiness: Readiness,
 ) -> Router {
     let health = health::routes(readiness, options.drain.clone());
+    let origins = options.origin.clone();
     #[cfg(feature = "legacy")]
     let (endpoint, route) = {
         let mut options = options;
@@ -108,10 +111,11 @@ pub fn router(
         };
         (endpoint, route)
     };
-    Router::new()
+    let routes = Router::new()
         .route(path, route)
         .with_state(Arc::new(endpoint))
-        .merge(health)
+        .merge(health);
+    layers::around(routes, origins)
 }
 
 impl Endpoint {

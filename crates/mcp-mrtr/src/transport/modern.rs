@@ -4,11 +4,13 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
+use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -19,7 +21,7 @@ use crate::auth::Principal;
 use crate::protocol::jsonrpc::success_bytes;
 use crate::protocol::version::TASKS_EXTENSION;
 use crate::protocol::{Incoming, Method, ProtocolError, RequestId, RequestMeta, version};
-use crate::server::{Era, RequestEnv, ServerEvent, Subscription};
+use crate::server::{Era, RequestEnv, Server, ServerEvent, Subscription};
 use crate::store::Owner;
 
 /// Serves a message of the 2026-07-28 wire.
@@ -151,6 +153,64 @@ async fn serve(
     Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)))
 }
 
+/// The frames of one listen stream until the client goes away (`Err`) or events end.
+async fn stream_events(
+    server: &Server,
+    subscription: &Subscription,
+    principal: &Principal,
+    mut events: broadcast::Receiver<ServerEvent>,
+    frames: &mpsc::Sender<Bytes>,
+) -> Result<(), mpsc::error::SendError<Bytes>> {
+    frames
+        .send(sse::frame(&subscription.acknowledgement()))
+        .await?;
+    let tasks = server.tasks().filter(|_| !subscription.task_ids.is_empty());
+    // The followed tasks as they are now, so a task that changed before the stream opened is
+    // not waited for in vain.
+    if let Some(tasks) = tasks {
+        for id in &subscription.task_ids {
+            if let Ok(Value::Object(task)) = tasks.get(principal, id).await {
+                frames
+                    .send(sse::frame(&subscription.task_notification(task)))
+                    .await?;
+            }
+        }
+    }
+    // A replica that died announces nothing: reading the followed tasks once a lease marks
+    // theirs failed, a change announced like any other.
+    let lease = tasks.map_or(Duration::from_secs(3600), |tasks| tasks.settings().lease);
+    let mut lapse_check = tokio::time::interval_at(tokio::time::Instant::now() + lease, lease);
+    loop {
+        let event = tokio::select! {
+            event = events.recv() => event,
+            _ = lapse_check.tick() => {
+                if let Some(tasks) = tasks {
+                    for id in &subscription.task_ids {
+                        let _ = tasks.get(principal, id).await;
+                    }
+                }
+                continue;
+            }
+        };
+        let event = match event {
+            Ok(event) if subscription.wants(&event) => event,
+            Ok(_) | Err(RecvError::Lagged(_)) => continue,
+            Err(RecvError::Closed) => return Ok(()),
+        };
+        let frame = match &event {
+            ServerEvent::TaskChanged(id) => match tasks {
+                Some(tasks) => match tasks.get(principal, id).await {
+                    Ok(Value::Object(task)) => subscription.task_notification(task),
+                    _ => continue,
+                },
+                None => continue,
+            },
+            _ => subscription.notification(&event),
+        };
+        frames.send(sse::frame(&frame)).await?;
+    }
+}
+
 /// Opens a `subscriptions/listen` stream: the acknowledgement, then the events it opted into,
 /// with keep-alive comments, until the client goes away. A task's status goes only to the
 /// principal it belongs to.
@@ -160,39 +220,10 @@ fn listen(
     principal: Principal,
 ) -> Response<Body> {
     let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
-    let mut events = endpoint.server.events().subscribe();
+    let events = endpoint.server.events().subscribe();
     let server = endpoint.server.clone();
     let task = tokio::spawn(async move {
-        if frames_tx
-            .send(sse::frame(&subscription.acknowledgement()))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        loop {
-            match events.recv().await {
-                Ok(event) if subscription.wants(&event) => {
-                    let frame = match &event {
-                        ServerEvent::TaskChanged(id) => {
-                            let Some(tasks) = server.tasks() else {
-                                continue;
-                            };
-                            match tasks.get(&principal, id).await {
-                                Ok(Value::Object(task)) => subscription.task_notification(task),
-                                _ => continue,
-                            }
-                        }
-                        _ => subscription.notification(&event),
-                    };
-                    if frames_tx.send(sse::frame(&frame)).await.is_err() {
-                        return;
-                    }
-                }
-                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-            }
-        }
+        let _ = stream_events(&server, &subscription, &principal, events, &frames_tx).await;
     });
     sse::stream(
         ReceiverStream::new(frames_rx),

@@ -27,18 +27,23 @@ impl OriginPolicy {
         }
     }
 
+    /// Whether a browser page from `origin` (an `Origin` header's value) may call the endpoint.
+    pub fn allows_origin(&self, origin: &str) -> bool {
+        let origin = origin.trim_end_matches('/');
+        self.allowed.iter().any(|a| a == "*" || a == origin)
+            || origin
+                .split_once("://")
+                .is_some_and(|(_, authority)| is_local(authority))
+    }
+
     /// `Err` with a reason when the request must be refused with 403.
     pub fn check(&self, headers: &HeaderMap) -> Result<(), String> {
         if let Some(origin) = headers.get(header::ORIGIN) {
             let origin = origin
                 .to_str()
                 .map_err(|_| "Origin header is not valid text".to_owned())?;
-            let origin = origin.trim_end_matches('/');
-            let allowed = self.allowed.iter().any(|a| a == "*" || a == origin)
-                || origin
-                    .split_once("://")
-                    .is_some_and(|(_, authority)| is_local(authority));
-            if !allowed {
+            if !self.allows_origin(origin) {
+                let origin = origin.trim_end_matches('/');
                 return Err(format!("Origin {} is not allowed", excerpt(origin)));
             }
         }

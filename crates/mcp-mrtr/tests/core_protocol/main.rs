@@ -10,6 +10,7 @@ mod support;
 mod answers;
 mod caching;
 mod cancellation;
+mod http_layers;
 mod notifications;
 mod request_state;
 mod rounds;

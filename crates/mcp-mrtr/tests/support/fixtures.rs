@@ -212,6 +212,13 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
         },
     ));
 
+    registry.add_tool(
+        Tool::without_arguments("panics", "Fails with a bug: it panics", |_| async {
+            panic!("a bug in a tool");
+        })
+        .hidden(),
+    );
+
     let tools_changed = events.clone();
     registry.add_tool(
         Tool::without_arguments(

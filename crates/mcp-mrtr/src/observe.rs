@@ -1,0 +1,178 @@
+//! What the library counts, through the `metrics` facade: every name and label is here, so the
+//! list an operator reads in the README is this file. Recording costs next to nothing until the
+//! application installs a recorder (a Prometheus exporter, say).
+//!
+//! Labels take values from closed sets only (method names, outcomes, reasons), never from what a
+//! client sent, so no client can make a series per request.
+
+use std::time::Duration;
+
+use metrics::{
+    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+};
+
+use crate::protocol::Method;
+
+/// Gives every metric of the library its help text and unit, for the exposition (call once,
+/// after installing a recorder).
+pub fn describe() {
+    describe_counter!(
+        "mcp_requests_total",
+        "Requests handled, by method and outcome (complete, input_required, task, or the JSON-RPC error code)"
+    );
+    describe_histogram!(
+        "mcp_request_duration_seconds",
+        Unit::Seconds,
+        "Time to handle a request, by method"
+    );
+    describe_counter!(
+        "mcp_mrtr_conversations_started_total",
+        "MRTR conversations whose first round asked the client something"
+    );
+    describe_counter!(
+        "mcp_mrtr_conversations_completed_total",
+        "MRTR conversations finished by a retry"
+    );
+    describe_counter!(
+        "mcp_mrtr_conversations_abandoned_total",
+        "Continuations that expired or were evicted before their retry came (memory store)"
+    );
+    describe_histogram!(
+        "mcp_mrtr_rounds_per_conversation",
+        "Rounds of each finished MRTR conversation"
+    );
+    describe_histogram!(
+        "mcp_mrtr_answer_wait_seconds",
+        Unit::Seconds,
+        "Time from an input_required answer to the retry bringing the answers"
+    );
+    describe_counter!(
+        "mcp_mrtr_state_refusals_total",
+        "requestStates refused, by reason (tampered, expired, wrong_principal, wrong_request, replayed)"
+    );
+    describe_gauge!(
+        "mcp_continuations_pending",
+        "Continuations parked now (memory store)"
+    );
+    describe_histogram!(
+        "mcp_store_operation_seconds",
+        Unit::Seconds,
+        "Continuation store calls, by store and operation"
+    );
+    describe_counter!(
+        "mcp_legacy_sessions_opened_total",
+        "2025-11-25 sessions opened"
+    );
+    describe_counter!(
+        "mcp_legacy_sessions_closed_total",
+        "2025-11-25 sessions closed by their client"
+    );
+    describe_counter!(
+        "mcp_tasks_total",
+        "Tasks created, and task status changes (input_required, completed, failed, cancelled)"
+    );
+}
+
+/// `mcp_requests_total{method, outcome}`: requests handled, by method and by how they ended
+/// (`complete`, `input_required`, `task`, or the JSON-RPC error code).
+pub(crate) fn request(method: Method, outcome: &'static str, took: Duration) {
+    counter!("mcp_requests_total", "method" => method.as_str(), "outcome" => outcome).increment(1);
+    histogram!("mcp_request_duration_seconds", "method" => method.as_str())
+        .record(took.as_secs_f64());
+}
+
+/// A JSON-RPC error code as an `outcome` label: the codes a server sends, or `other`.
+pub(crate) fn error_outcome(code: i64) -> &'static str {
+    match code {
+        -32700 => "-32700",
+        -32600 => "-32600",
+        -32601 => "-32601",
+        -32602 => "-32602",
+        -32603 => "-32603",
+        -32020 => "-32020",
+        -32021 => "-32021",
+        -32022 => "-32022",
+        _ => "other",
+    }
+}
+
+/// `mcp_mrtr_conversations_started_total`: a first round ended with `input_required`.
+pub(crate) fn conversation_started() {
+    counter!("mcp_mrtr_conversations_started_total").increment(1);
+}
+
+/// `mcp_mrtr_conversations_completed_total` and `mcp_mrtr_rounds_per_conversation`: a retry
+/// finished the call after `rounds` rounds in all.
+pub(crate) fn conversation_completed(rounds: u32) {
+    counter!("mcp_mrtr_conversations_completed_total").increment(1);
+    histogram!("mcp_mrtr_rounds_per_conversation").record(f64::from(rounds));
+}
+
+/// `mcp_mrtr_conversations_abandoned_total{store}`: continuations that expired or were evicted
+/// before their retry came (counted by the stores that can see it: the memory store).
+pub(crate) fn conversations_abandoned(store: &'static str, count: usize) {
+    if count > 0 {
+        counter!("mcp_mrtr_conversations_abandoned_total", "store" => store)
+            .increment(count as u64);
+    }
+}
+
+/// `mcp_mrtr_answer_wait_seconds`: from the `input_required` answer to the retry that brought
+/// the answers.
+pub(crate) fn answer_wait(waited: Duration) {
+    histogram!("mcp_mrtr_answer_wait_seconds").record(waited.as_secs_f64());
+}
+
+/// Why a `requestState` was refused.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Refusal {
+    /// It does not open with any key (altered, truncated, or not ours).
+    Tampered,
+    /// Past its expiry.
+    Expired,
+    /// Sealed for another principal.
+    WrongPrincipal,
+    /// Sealed for another method, name or arguments.
+    WrongRequest,
+    /// Its continuation was already taken (a replay) or is gone.
+    Replayed,
+}
+
+/// `mcp_mrtr_state_refusals_total{reason}`.
+pub(crate) fn state_refused(reason: Refusal) {
+    let reason = match reason {
+        Refusal::Tampered => "tampered",
+        Refusal::Expired => "expired",
+        Refusal::WrongPrincipal => "wrong_principal",
+        Refusal::WrongRequest => "wrong_request",
+        Refusal::Replayed => "replayed",
+    };
+    counter!("mcp_mrtr_state_refusals_total", "reason" => reason).increment(1);
+}
+
+/// `mcp_continuations_pending{store}`: continuations parked now (the memory store's count).
+pub(crate) fn continuations_pending(store: &'static str, count: usize) {
+    gauge!("mcp_continuations_pending", "store" => store).set(count as f64);
+}
+
+/// `mcp_store_operation_seconds{store, op}`: one continuation-store call (`put`, `take`).
+pub(crate) fn store_operation(store: &'static str, op: &'static str, took: Duration) {
+    histogram!("mcp_store_operation_seconds", "store" => store, "op" => op)
+        .record(took.as_secs_f64());
+}
+
+/// `mcp_legacy_sessions_opened_total` and `mcp_legacy_sessions_closed_total` (closed by the
+/// client with DELETE; the others expire unseen). Open ones: opened − closed − expired.
+#[cfg(feature = "legacy")]
+pub(crate) fn legacy_session(opened: bool) {
+    if opened {
+        counter!("mcp_legacy_sessions_opened_total").increment(1);
+    } else {
+        counter!("mcp_legacy_sessions_closed_total").increment(1);
+    }
+}
+
+/// `mcp_tasks_total{status}`: tasks created (`created`) and tasks that reached a final status.
+pub(crate) fn task(status: &'static str) {
+    counter!("mcp_tasks_total", "status" => status).increment(1);
+}
