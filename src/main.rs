@@ -85,7 +85,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    app::init_logging();
+    let _telemetry = app::init_logging();
     let cli = Cli::parse();
     let catalogue = open_catalogue(&cli.database).await?;
     match cli.command {

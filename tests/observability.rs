@@ -255,3 +255,228 @@ async fn metrics_can_move_to_an_address_of_their_own() {
         .expect("an answer");
     assert_eq!(on_mcp_port.status().as_u16(), 404, "not on the public port");
 }
+
+/// One span as an OTLP/HTTP receiver got it.
+#[derive(Debug, Clone)]
+struct Received {
+    name: String,
+    trace_id: String,
+    span_id: String,
+    parent_span_id: String,
+    /// The exporting process's `service.instance.id`.
+    instance: String,
+    service: String,
+    attributes: Vec<(String, String)>,
+}
+
+impl Received {
+    fn attribute(&self, key: &str) -> Option<&str> {
+        self.attributes
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A real OTLP/HTTP trace receiver (`POST /v1/traces`, protobuf), decoding what it gets with
+/// `opentelemetry-proto`.
+struct OtlpReceiver {
+    addr: SocketAddr,
+    spans: std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
+}
+
+impl OtlpReceiver {
+    async fn start() -> Self {
+        use axum::body::Bytes;
+        use opentelemetry_proto::tonic::collector::trace::v1::{
+            ExportTraceServiceRequest, ExportTraceServiceResponse,
+        };
+        use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+        use prost::Message as _;
+
+        let spans = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let store = spans.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: Bytes| {
+                let store = store.clone();
+                async move {
+                    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
+                        return (axum::http::StatusCode::BAD_REQUEST, Vec::new());
+                    };
+                    let text =
+                        |value: &Option<opentelemetry_proto::tonic::common::v1::AnyValue>| {
+                            match value.as_ref().and_then(|v| v.value.as_ref()) {
+                                Some(Any::StringValue(s)) => s.clone(),
+                                Some(Any::IntValue(i)) => i.to_string(),
+                                Some(Any::BoolValue(b)) => b.to_string(),
+                                Some(other) => format!("{other:?}"),
+                                None => String::new(),
+                            }
+                        };
+                    let mut received = store.lock().unwrap_or_else(|p| p.into_inner());
+                    for resource_spans in request.resource_spans {
+                        let resource = resource_spans.resource.unwrap_or_default();
+                        let of_resource = |key: &str| {
+                            resource
+                                .attributes
+                                .iter()
+                                .find(|kv| kv.key == key)
+                                .map(|kv| text(&kv.value))
+                                .unwrap_or_default()
+                        };
+                        let (instance, service) = (
+                            of_resource("service.instance.id"),
+                            of_resource("service.name"),
+                        );
+                        for scope in resource_spans.scope_spans {
+                            for span in scope.spans {
+                                received.push(Received {
+                                    name: span.name.clone(),
+                                    trace_id: hex(&span.trace_id),
+                                    span_id: hex(&span.span_id),
+                                    parent_span_id: hex(&span.parent_span_id),
+                                    instance: instance.clone(),
+                                    service: service.clone(),
+                                    attributes: span
+                                        .attributes
+                                        .iter()
+                                        .map(|kv| (kv.key.clone(), text(&kv.value)))
+                                        .collect(),
+                                });
+                            }
+                        }
+                    }
+                    (
+                        axum::http::StatusCode::OK,
+                        ExportTraceServiceResponse::default().encode_to_vec(),
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the OTLP receiver");
+        let addr = listener.local_addr().expect("its address");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { addr, spans }
+    }
+
+    fn spans(&self) -> Vec<Received> {
+        self.spans.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Waits until `wanted` holds for what was received; returns it.
+    async fn wait_for(&self, wanted: impl Fn(&[Received]) -> bool) -> Vec<Received> {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let spans = self.spans();
+            if wanted(&spans) {
+                return spans;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the spans never arrived; got: {spans:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn both_rounds_of_a_conversation_on_two_replicas_are_one_trace_under_the_clients_span() {
+    use support::cluster::{Replicas, SharedSettings};
+    let receiver = OtlpReceiver::start().await;
+    let mut settings = SharedSettings::new(support::net::shared_redis_url());
+    settings.extra_env = vec![
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT".into(),
+            format!("http://{}", receiver.addr),
+        ),
+        ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
+    ];
+    let replicas = Replicas::start_with(2, settings).await;
+    let (on_a, on_b) = (replicas.session(1, "alice"), replicas.session(2, "alice"));
+
+    let trace_id = random_hex(16);
+    let client_span = random_hex(8);
+    let traceparent = format!("00-{trace_id}-{client_span}-01");
+    let asked = on_a
+        .request("tools/call")
+        .params(json!({"name": "addToWatchlist", "arguments": add(6)}))
+        .capabilities(eliciting())
+        .meta("traceparent", json!(traceparent))
+        .send()
+        .await;
+    assert_eq!(
+        asked.result_type(),
+        "input_required",
+        "{}",
+        asked.body_text()
+    );
+    // The retry goes to the other replica, without any trace context of its own.
+    let answer = json!({"status": {"action": "accept", "content": {"status": "WATCHED"}}});
+    let done = on_b
+        .retry("addToWatchlist", add(6), answer, &asked.request_state())
+        .await;
+    assert_eq!(done.result_type(), "complete", "{}", done.body_text());
+
+    let round = |spans: &[Received], n: &str| {
+        spans
+            .iter()
+            .find(|s| s.name == "mcp.round" && s.attribute("mcp.round") == Some(n))
+            .cloned()
+    };
+    let spans = receiver
+        .wait_for(|spans| round(spans, "1").is_some() && round(spans, "2").is_some())
+        .await;
+    let (first, second) = (
+        round(&spans, "1").expect("round 1"),
+        round(&spans, "2").expect("round 2"),
+    );
+    assert_eq!(
+        first.trace_id, trace_id,
+        "round 1 continues the client's trace"
+    );
+    assert_eq!(
+        second.trace_id, trace_id,
+        "round 2 as well, on the other replica"
+    );
+    assert_ne!(first.instance, second.instance, "served by two replicas");
+    assert_eq!(first.service, "moviedb-mcp");
+    assert_eq!(first.attribute("mcp.name"), Some("addToWatchlist"));
+    assert_eq!(
+        second.parent_span_id, first.span_id,
+        "round 2 follows round 1"
+    );
+    let request = spans
+        .iter()
+        .find(|s| s.name == "tools/call" && s.span_id == first.parent_span_id)
+        .unwrap_or_else(|| panic!("round 1 runs in its request's span: {spans:#?}"));
+    assert_eq!(
+        request.parent_span_id, client_span,
+        "the request's span is the child of the client's"
+    );
+    // Where the time went, in the same trace: the store and the SQL of both rounds.
+    let in_trace: Vec<&Received> = spans.iter().filter(|s| s.trace_id == trace_id).collect();
+    for wanted in ["mcp.store put", "watchlist_checks", "watchlist_additions"] {
+        assert!(
+            in_trace.iter().any(|s| s.name == wanted),
+            "{wanted} in the trace: {in_trace:#?}"
+        );
+    }
+    // No answer of the user's is in any attribute.
+    assert!(
+        spans
+            .iter()
+            .flat_map(|s| &s.attributes)
+            .all(|(_, v)| !v.contains("WATCHED")),
+        "{spans:#?}"
+    );
+}

@@ -60,7 +60,7 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    app::init_logging();
+    let _telemetry = app::init_logging();
     let cli = Cli::parse();
     anyhow::ensure!(cli.replicas > 0, "--replicas must be at least 1");
     let launch = Launch {

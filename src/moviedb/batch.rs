@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use tokio::sync::{Mutex, mpsc, oneshot};
+use tracing::Instrument as _;
 
 /// Most requests one call carries (each adds a row of parameters to its statement).
 pub const MOST_PER_CALL: usize = 32;
@@ -32,6 +33,7 @@ struct Job<Request, Answer> {
 /// [`MOST_PER_CALL`]) and answers them with one call of `run`.
 pub struct Batch<Request, Answer> {
     queue: mpsc::Sender<Job<Request, Answer>>,
+    name: &'static str,
 }
 
 /// What answers a batch: one answer per request, in order.
@@ -47,18 +49,29 @@ impl<Request: Send + 'static, Answer: Send + 'static> Batch<Request, Answer> {
         for _ in 0..calls.max(1) {
             tokio::spawn(runner(name, waiting.clone(), run.clone()));
         }
-        Self { queue }
+        Self { queue, name }
     }
 
-    /// The answer to `request`, from the next call that takes it.
+    /// The answer to `request`, from the next call that takes it. Its span covers the wait for
+    /// a turn and the statement.
     pub async fn ask(&self, request: Request) -> Result<Answer, DatabaseError> {
-        let (reply, answer) = oneshot::channel();
-        let stopped = || DatabaseError::from(sqlx::Error::PoolClosed);
-        self.queue
-            .send(Job { request, reply })
-            .await
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        let span = tracing::info_span!(
+            "moviedb.sql",
+            otel.name = self.name,
+            db.system = "sql",
+            batch = self.name
+        );
+        async {
+            let (reply, answer) = oneshot::channel();
+            let stopped = || DatabaseError::from(sqlx::Error::PoolClosed);
+            self.queue
+                .send(Job { request, reply })
+                .await
+                .map_err(|_| stopped())?;
+            answer.await.map_err(|_| stopped())?
+        }
+        .instrument(span)
+        .await
     }
 }
 

@@ -107,6 +107,7 @@ pub mod server;
 pub mod service;
 pub mod store;
 pub mod tasks;
+mod trace_context;
 pub mod transport;
 
 pub use observe::describe as describe_metrics;

@@ -27,6 +27,7 @@ use super::catalogue;
 use super::model::Review;
 use super::summary::{self, MIN_REVIEWS_FOR_SUMMARY, ReviewSummary};
 use crate::store::RedisStoreConfig;
+use tracing::Instrument as _;
 
 /// The words of a summary, the part a summarizer writes: one sentence and the themes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -184,12 +185,25 @@ impl Summarizer {
             .get_or_compute(&key, async {
                 computed = true;
                 let started = std::time::Instant::now();
-                let answer = provider.summarize(movie_id, reviews).await;
+                let span = tracing::info_span!(
+                    "llm.summarize",
+                    otel.name = "llm.summarize",
+                    gen_ai.request.model = provider.model(),
+                    movie_id,
+                    reviews = reviews.len(),
+                    outcome = tracing::field::Empty,
+                    fallback = tracing::field::Empty,
+                );
+                let answer = provider
+                    .summarize(movie_id, reviews)
+                    .instrument(span.clone())
+                    .await;
                 let outcome = match &answer {
                     Ok(_) => "ok",
                     Err(ProviderError::Failed(failure)) => failure.kind(),
                     Err(ProviderError::Internal(_)) => "internal",
                 };
+                span.record("outcome", outcome);
                 metrics::counter!("moviedb_llm_calls_total", "model" => provider.model().to_owned(), "outcome" => outcome)
                     .increment(1);
                 metrics::histogram!("moviedb_llm_call_seconds").record(started.elapsed().as_secs_f64());
@@ -200,6 +214,7 @@ impl Summarizer {
                             movie_id,
                             "LLM provider failed, answering with the server-side summary: {failure}"
                         );
+                        span.record("fallback", failure.kind());
                         metrics::counter!("moviedb_llm_fallbacks_total", "reason" => failure.kind())
                             .increment(1);
                         Ok((fallback, self.lifetimes.fallback))

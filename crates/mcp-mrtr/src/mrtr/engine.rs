@@ -10,6 +10,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+use tracing::Instrument as _;
 
 use super::ask::Asker;
 use super::context::{RequestContext, TaskMode};
@@ -22,6 +23,7 @@ use crate::observe::{self, Refusal};
 use crate::protocol::input::{InputRequest, OrderedRequests, parse_input_responses};
 use crate::protocol::{Method, ProtocolError, RequestMeta};
 use crate::store::{ContinuationId, ContinuationStore, Owner};
+use crate::trace_context;
 
 /// The engine: one per server, shared by every request.
 pub struct Engine {
@@ -117,6 +119,9 @@ struct Continuation {
     /// Unix milliseconds when this continuation was parked.
     #[serde(rename = "t", default)]
     parked_ms: u64,
+    /// The W3C `traceparent` of the round that parked it, so the next round continues its trace.
+    #[serde(rename = "p", default, skip_serializing_if = "Option::is_none")]
+    trace: Option<String>,
 }
 
 impl Engine {
@@ -170,6 +175,16 @@ impl Engine {
         let mut memo = Map::new();
         // Rounds of this conversation answered `input_required` before this one.
         let mut earlier_rounds = 0;
+        let round_span = tracing::info_span!(
+            "mcp.round",
+            otel.name = "mcp.round",
+            mcp.round = tracing::field::Empty,
+            mcp.name = tracing::field::Empty,
+        );
+        if call.method != Method::ResourcesRead {
+            // A tool's or prompt's name; a resource URI may carry what a user typed.
+            round_span.record("mcp.name", call.name);
+        }
         match call.params.get("requestState") {
             None => round.available = responses,
             Some(Value::String(state)) => {
@@ -177,6 +192,9 @@ impl Engine {
                 let parked = self.resume(state, &call.principal.id(), &request).await?;
                 digest = Some(request);
                 earlier_rounds = parked.rounds.max(1);
+                if let Some(traceparent) = &parked.trace {
+                    trace_context::adopt(&round_span, traceparent);
+                }
                 if parked.parked_ms > 0 {
                     let waited = unix_now_ms().saturating_sub(parked.parked_ms);
                     observe::answer_wait(Duration::from_millis(waited));
@@ -211,7 +229,11 @@ impl Engine {
             memo,
             tasks,
         );
-        match handler(context.clone()).await {
+        round_span.record("mcp.round", earlier_rounds + 1);
+        let ran = handler(context.clone())
+            .instrument(round_span.clone())
+            .await;
+        match ran {
             Ok(result) => {
                 if earlier_rounds > 0 {
                     observe::conversation_completed(earlier_rounds + 1);
@@ -229,6 +251,7 @@ impl Engine {
                     round: rounds.take(),
                     memo: context.take_memo(),
                     rounds: earlier_rounds + 1,
+                    trace: trace_context::traceparent_of(&round_span),
                 };
                 self.park(parked, context.principal().id(), &call.owner, digest)
                     .await
@@ -279,7 +302,13 @@ impl Engine {
             ));
         }
         let started = Instant::now();
-        let taken = self.store.take(claims.continuation).await;
+        let span = tracing::info_span!(
+            "mcp.store",
+            otel.name = "mcp.store take",
+            store = self.store.kind(),
+            op = "take"
+        );
+        let taken = self.store.take(claims.continuation).instrument(span).await;
         observe::store_operation(self.store.kind(), "take", started.elapsed());
         let payload = taken?.ok_or_else(|| {
             refuse(
@@ -303,6 +332,7 @@ impl Engine {
             round,
             memo,
             rounds,
+            trace,
         } = parked;
         let asked = round.pending.iter().map(|(key, _)| key.clone()).collect();
         let continuation = Continuation {
@@ -311,12 +341,23 @@ impl Engine {
             asked,
             rounds,
             parked_ms: unix_now_ms(),
+            trace,
         };
         let payload = serde_json::to_vec(&continuation)
             .map_err(|e| ProtocolError::internal(format!("cannot store continuation: {e}")))?;
         let id = ContinuationId::random();
         let started = Instant::now();
-        let put = self.store.put(owner, id, payload, self.state_ttl).await;
+        let span = tracing::info_span!(
+            "mcp.store",
+            otel.name = "mcp.store put",
+            store = self.store.kind(),
+            op = "put"
+        );
+        let put = self
+            .store
+            .put(owner, id, payload, self.state_ttl)
+            .instrument(span)
+            .await;
         observe::store_operation(self.store.kind(), "put", started.elapsed());
         put?;
         let claims = StateClaims {
@@ -369,6 +410,8 @@ struct Parked {
     memo: Map<String, Value>,
     /// Rounds answered `input_required` so far, this one included.
     rounds: u32,
+    /// The `traceparent` of this round's span, when traces are exported.
+    trace: Option<String>,
 }
 
 /// SHA-256 over the method, the name and the arguments in canonical JSON (keys sorted), so the

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::{self, error::RecvError};
+use tracing::Instrument as _;
 
 pub use events::{Events, ServerEvent, Subscription};
 pub use reply::{Handled, Reply};
@@ -25,6 +26,7 @@ use crate::protocol::{Method, ProtocolError, RequestMeta};
 use crate::registry::Registry;
 use crate::store::{Owner, TaskStore};
 use crate::tasks::{TaskSettings, Tasks};
+use crate::trace_context;
 
 /// The identity a server reports in `server/discover`.
 #[derive(Debug, Clone)]
@@ -210,7 +212,17 @@ impl Server {
         env: RequestEnv,
     ) -> Result<Reply, ProtocolError> {
         let started = Instant::now();
-        let reply = self.dispatch(method, params, env).await;
+        let span = tracing::info_span!(
+            "mcp.request",
+            otel.name = method.as_str(),
+            otel.kind = "server",
+            rpc.system = "mcp",
+            rpc.method = method.as_str(),
+        );
+        if let Some(traceparent) = &env.meta.traceparent {
+            trace_context::adopt(&span, traceparent);
+        }
+        let reply = self.dispatch(method, params, env).instrument(span).await;
         let outcome = match &reply {
             Ok(Reply::InputRequired(_)) => "input_required",
             Ok(Reply::Task(_)) => "task",

@@ -84,7 +84,14 @@ async fn serve(
             "Missing MCP-Protocol-Version header",
         ));
     };
-    let meta = RequestMeta::from_params(&params)?;
+    let mut meta = RequestMeta::from_params(&params)?;
+    if meta.traceparent.is_none() {
+        // W3C trace context as HTTP carries it, for clients that set the header only.
+        meta.traceparent = headers
+            .get("traceparent")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+    }
     if header_version != meta.protocol_version {
         return Err(ProtocolError::header_mismatch(format!(
             "Header mismatch: MCP-Protocol-Version header value '{header_version}' does not match _meta value '{}'",
