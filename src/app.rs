@@ -73,12 +73,14 @@ pub fn init_logging() -> Telemetry {
     let export = provider.as_ref().map(|provider| {
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("moviedb-mcp"))
-            // The HTTP layer's span starts before the body, where `_meta.traceparent` is, is
-            // read: the MCP request span under it carries the trace instead.
+            // Not the HTTP layer's span: it starts before the body, where `_meta.traceparent`
+            // is, is read, and the MCP request span under it carries the trace instead.
             .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
                 meta.target() != "mcp_mrtr::transport::layers"
             }))
     });
+    // One filter for both: `RUST_LOG` (default `info`) decides which spans exist, logged or
+    // exported alike.
     let _ = tracing_subscriber::registry()
         .with(filter)
         .with(log)

@@ -106,6 +106,21 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_KEEPALIVE_SECS", default_value_t = 15)]
     pub keepalive_secs: u64,
 
+    /// Resource-server sign-in: the issuer URL of the OAuth 2.1 authorization server whose access
+    /// tokens this server accepts (its metadata and keys are discovered from it). Unset: the
+    /// development sign-in with `moviedb-mcp token`.
+    #[arg(long, env = "MOVIEDB_AUTH_ISSUER")]
+    pub auth_issuer: Option<String>,
+
+    /// Resource-server sign-in: this server's canonical URL (such as
+    /// `https://movies.example.com/mcp`), the audience access tokens must name.
+    #[arg(long, env = "MOVIEDB_RESOURCE_URL")]
+    pub resource_url: Option<String>,
+
+    /// Resource-server sign-in: seconds of clock difference allowed on a token's `exp` and `nbf`.
+    #[arg(long, env = "MOVIEDB_AUTH_LEEWAY_SECS", default_value_t = 30)]
+    pub auth_leeway_secs: u64,
+
     /// Serve Prometheus metrics (`GET /metrics`) on this address instead of the MCP listener's,
     /// so they need not be public.
     #[arg(long, env = "MOVIEDB_METRICS_BIND")]

@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use moviedb_mcp::app;
-use moviedb_mcp::auth::{JwtAuthenticator, mint_token};
+use moviedb_mcp::auth::oauth::ResourceServer;
+use moviedb_mcp::auth::{Authenticator, JwtAuthenticator, mint_token};
 use moviedb_mcp::config::ServeArgs;
 use moviedb_mcp::moviedb::summarizer::{LlmArgs, Summarizer};
 use moviedb_mcp::moviedb::{Catalogue, catalogue, seed, tools};
@@ -130,8 +131,32 @@ async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
                 .into(),
         ),
     };
-    let authenticator = Arc::new(JwtAuthenticator::new(&jwt_secret(&cli.database)?)?);
+    let (authenticator, sign_in): (Arc<dyn Authenticator>, _) = match &cli.serve.auth_issuer {
+        Some(issuer) => {
+            let resource = cli.serve.resource_url.as_deref().context(
+                "--auth-issuer needs --resource-url: this server's canonical URL, the audience its \
+                 tokens must name",
+            )?;
+            let leeway = Duration::from_secs(cli.serve.auth_leeway_secs);
+            let server = Arc::new(ResourceServer::discover(issuer, resource, leeway).await?);
+            let routes = server.routes();
+            (server, Some(routes))
+        }
+        None => {
+            tracing::warn!(
+                "sign-in is in development mode: HS256 tokens from `moviedb-mcp token` and a shared \
+                 secret; set --auth-issuer and --resource-url to accept an authorization server's \
+                 tokens"
+            );
+            let secret = jwt_secret(&cli.database)?;
+            (Arc::new(JwtAuthenticator::new(&secret)?), None)
+        }
+    };
     let router = service::router(&settings, registry, info, Events::new(), authenticator).await?;
+    let router = match sign_in {
+        Some(routes) => router.merge(routes),
+        None => router,
+    };
     let router = match cli.serve.metrics_bind {
         Some(bind) => {
             app::serve_metrics_apart(bind, metrics).await?;

@@ -328,6 +328,7 @@ async fn idle_sockets_beyond_the_fd_limit_cannot_lock_others_out() {
             .map(String::from)
             .to_vec(),
         open_files: Some(1_024),
+        ..Launch::default()
     };
     let server = MovieServer::start_with(Backend::Sqlite, launch).await;
     let addr = address_of(server.url());

@@ -81,6 +81,9 @@ struct Cli {
     /// Serve the stand-in LLM provider on this address (used by the benchmark itself).
     #[arg(long, hide = true)]
     serve_provider: Option<SocketAddr>,
+    /// Serve the stand-in OTLP trace sink on this address (used by the benchmark itself).
+    #[arg(long, hide = true)]
+    serve_otlp_sink: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -109,6 +112,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(bind) = cli.serve_provider {
         return provider::serve(bind).await;
+    }
+    if let Some(bind) = cli.serve_otlp_sink {
+        return provider::serve_otlp_sink(bind).await;
     }
     anyhow::ensure!(
         cli.concurrency > 0 && cli.slices > 0,
@@ -140,7 +146,7 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
     let scratch = Scratch(std::env::temp_dir().join(format!("moviedb-bench-{run}")));
     let c = cli.concurrency;
 
-    let moviedb = |data_dir: PathBuf, database_url: Option<String>, provider| {
+    let moviedb = |data_dir: PathBuf, database_url: Option<String>, provider, otlp| {
         let jwt_secret = &jwt_secret;
         async move {
             let kind = Kind::Moviedb {
@@ -149,6 +155,7 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
                 redis: None,
                 database_url: database_url.as_deref(),
                 provider,
+                otlp,
             };
             Server::start(bins, &kind, state_keys).await
         }
@@ -157,14 +164,15 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
     let mut calls = Vec::new();
     if cli.scenario.runs(Scenario::Calls) {
         let stand_in = Server::start(bins, &Kind::Provider, state_keys).await?;
-        let summarizing = moviedb(scratch.0.join("summarize"), None, Some(stand_in.addr)).await?;
+        let summarizing =
+            moviedb(scratch.0.join("summarize"), None, Some(stand_in.addr), None).await?;
         provider = Some(stand_in);
         // Summarizes every seeded movie once: the ones with a summary are the workload, and their
         // summaries are cached from then on. Done before any connection is opened, so that none
         // sits idle long enough for the server to close it.
         let summarized = Turns::new(summarized_movies(summarizing.addr).await?)?;
         let floor = Server::start(bins, &Kind::Floor, state_keys).await?;
-        let recommending = moviedb(scratch.0.join("recommend"), None, None).await?;
+        let recommending = moviedb(scratch.0.join("recommend"), None, None, None).await?;
         calls = vec![
             ("floor-call", floor, Workload::Calls(summarized.clone())),
             (
@@ -193,12 +201,31 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
         }
     }
     let tag = format!("{run}-{}", common::random_hex(4));
+    let mut otlp_sink = None;
     if cli.scenario.runs(Scenario::Watchlist) {
-        let server = moviedb(scratch.0.join("watchlist"), None, None).await?;
+        let server = moviedb(scratch.0.join("watchlist"), None, None, None).await?;
         let users = Workload::Watchlist(Users::new(&jwt_secret, &tag).into());
         targets.push(Target::connect("watchlist", server, users, c).await?);
+        // The same server exporting every span over OTLP/HTTP: what tracing costs.
+        let sink = Server::start(bins, &Kind::OtlpSink, state_keys).await?;
+        let server = moviedb(
+            scratch.0.join("watchlist-otel"),
+            None,
+            None,
+            Some(sink.addr),
+        )
+        .await?;
+        otlp_sink = Some(sink);
+        let users = Workload::Watchlist(Users::new(&jwt_secret, &tag).into());
+        targets.push(Target::connect("watchlist-otel", server, users, c).await?);
         if let Some(url) = &cli.database_url {
-            let server = moviedb(scratch.0.join("watchlist-pg"), Some(url.clone()), None).await?;
+            let server = moviedb(
+                scratch.0.join("watchlist-pg"),
+                Some(url.clone()),
+                None,
+                None,
+            )
+            .await?;
             let users = Workload::Watchlist(Users::new(&jwt_secret, &tag).into());
             targets.push(Target::connect("watchlist-pg", server, users, c).await?);
         }
@@ -243,8 +270,8 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
     for target in targets {
         target.server.stop().await;
     }
-    if let Some(provider) = provider {
-        provider.stop().await;
+    for stand_in in provider.into_iter().chain(otlp_sink) {
+        stand_in.stop().await;
     }
 
     let pending_redis = redis_url
@@ -257,6 +284,7 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
             redis: Some((url, &prefix)),
             database_url: None,
             provider: None,
+            otlp: None,
         };
         let server = Server::start(bins, &kind, state_keys).await?;
         let users = Workload::Watchlist(Users::new(&jwt_secret, &tag).into());

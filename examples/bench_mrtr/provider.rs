@@ -1,6 +1,8 @@
-//! A stand-in LLM provider for the summary scenario: `POST /v1/chat/completions` answered at once
-//! with a fixed two-line summary in the OpenAI chat-completions shape. The movie server caches
-//! what it answers, so once each movie was summarized the provider is not called again.
+//! Stand-ins for what the movie server talks to. An LLM provider for the summary scenario:
+//! `POST /v1/chat/completions` answered at once with a fixed two-line summary in the OpenAI
+//! chat-completions shape (the movie server caches what it answers, so once each movie was
+//! summarized the provider is not called again). And an OTLP/HTTP trace sink for the row that
+//! exports traces: `POST /v1/traces` answered with an empty success.
 
 use std::net::SocketAddr;
 
@@ -13,6 +15,18 @@ use serde_json::json;
 pub async fn serve(bind: SocketAddr) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(bind).await?;
     let app = Router::new().route("/v1/chat/completions", post(complete));
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+/// Serves the trace sink on `bind` until the process is stopped.
+pub async fn serve_otlp_sink(bind: SocketAddr) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(bind).await?;
+    // An empty ExportTraceServiceResponse is zero bytes of protobuf.
+    let app = Router::new().route(
+        "/v1/traces",
+        post(|| async { ([("content-type", "application/x-protobuf")], "") }),
+    );
     axum::serve(listener, app).await?;
     Ok(())
 }

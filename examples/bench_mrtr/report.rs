@@ -88,6 +88,17 @@ pub fn goals(rows: &[(&str, Figures)]) {
                 holds(p99 <= 5.0),
                 holds(cpu <= 8.0)
             ),
+            "watchlist-otel" => {
+                let plain = rows
+                    .iter()
+                    .find(|(row, _)| *row == "watchlist")
+                    .map(|(_, plain)| ratio(figures.per_second, plain.per_second));
+                println!(
+                    "watchlist-otel: round trips/s {throughput:.2}x floor, {:.2}x watchlist without export; \
+                     CPU per round trip {cpu:.2}x floor",
+                    plain.unwrap_or_default()
+                );
+            }
             "watchlist-pg" => println!(
                 "watchlist-pg: round trips/s {throughput:.2}x floor (goal >= 0.1x: {})",
                 holds(throughput >= 0.1)

@@ -88,16 +88,20 @@ pub enum Kind<'a> {
     Redis { url: &'a str, prefix: &'a str },
     /// `moviedb-mcp` on an embedded SQLite database in `data_dir` (or on `database_url`),
     /// checking tokens signed with `jwt_secret`, its continuations in memory or in Redis at
-    /// `(url, prefix)`, its summaries from the stand-in `provider` when given.
+    /// `(url, prefix)`, its summaries from the stand-in `provider` when given, its traces
+    /// exported over OTLP/HTTP to `otlp` when given.
     Moviedb {
         data_dir: &'a Path,
         jwt_secret: &'a str,
         redis: Option<(&'a str, &'a str)>,
         database_url: Option<&'a str>,
         provider: Option<SocketAddr>,
+        otlp: Option<SocketAddr>,
     },
     /// The stand-in LLM provider.
     Provider,
+    /// The stand-in OTLP/HTTP trace sink.
+    OtlpSink,
 }
 
 /// A running server process.
@@ -126,6 +130,11 @@ impl Server {
                     command.arg("--serve-provider").arg(addr.to_string());
                     command
                 }
+                Kind::OtlpSink => {
+                    let mut command = Command::new(&bins.this);
+                    command.arg("--serve-otlp-sink").arg(addr.to_string());
+                    command
+                }
                 Kind::Memory | Kind::Redis { .. } => {
                     let mut command = Command::new(built(&bins.conformance, "mcp_mrtr")?);
                     command.arg("--bind").arg(addr.to_string());
@@ -141,6 +150,7 @@ impl Server {
                 let name_text = name.to_string_lossy();
                 if name_text.starts_with("MOVIEDB_")
                     || name_text.starts_with("MCP_")
+                    || name_text.starts_with("OTEL_")
                     || name_text.starts_with("OPENAI_")
                     || name_text == "REDIS_URL"
                     || name_text == "DATABASE_URL"
@@ -161,6 +171,7 @@ impl Server {
                     redis,
                     database_url,
                     provider,
+                    otlp,
                 } => {
                     command.arg("--data-dir").arg(data_dir);
                     command.env("MOVIEDB_JWT_SECRET", jwt_secret);
@@ -172,9 +183,15 @@ impl Server {
                             .env("MOVIEDB_LLM_BASE_URL", format!("http://{provider}/v1"))
                             .env("MOVIEDB_LLM_MODEL", "bench-model");
                     }
+                    if let Some(otlp) = otlp {
+                        // Spans exist at `info`, which the other rows' `warn` leaves out.
+                        command
+                            .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp}"))
+                            .env("RUST_LOG", "info");
+                    }
                     redis.as_ref().map(|(url, prefix)| (url, prefix))
                 }
-                Kind::Floor | Kind::Memory | Kind::Provider => None,
+                Kind::Floor | Kind::Memory | Kind::Provider | Kind::OtlpSink => None,
             };
             if let Some((url, prefix)) = redis {
                 command.arg("--redis-url").arg(url);

@@ -12,6 +12,7 @@ use super::catalogue::{AddError, Catalogue};
 use super::model::{Id, Mood, MovieSummary, Title, WatchStatus, WatchlistItem};
 use super::summarizer::{LentModel, Summarizer};
 use super::summary::{self, MIN_REVIEWS_FOR_SUMMARY, ReviewSummary};
+use crate::auth::{READ_SCOPE, WRITE_SCOPE};
 use crate::mrtr::{HandlerError, RequestContext};
 use crate::protocol::content::CallToolResult;
 use crate::protocol::input::{Elicitation, Sampling, SamplingParams};
@@ -133,6 +134,7 @@ pub fn register(registry: &mut Registry, catalogue: Arc<Catalogue>, summarizer: 
                 move |ctx, args: RecommendArgs| recommend(for_recommend.clone(), ctx, args),
             )
             .title("Recommend Movies For Mood")
+            .requires_scope(READ_SCOPE)
             .output::<Recommendations<'static>>()
             .annotations(hints("Recommend Movies For Mood", true)),
         )
@@ -145,6 +147,7 @@ pub fn register(registry: &mut Registry, catalogue: Arc<Catalogue>, summarizer: 
                 },
             )
             .title("Summarize Movie Reviews")
+            .requires_scope(READ_SCOPE)
             .output::<ReviewSummary>()
             .annotations(hints("Summarize Movie Reviews", true)),
         )
@@ -155,6 +158,7 @@ pub fn register(registry: &mut Registry, catalogue: Arc<Catalogue>, summarizer: 
                 move |ctx, args: AddArgs| add_to_watchlist(for_add.clone(), ctx, args),
             )
             .title("Add To Watchlist")
+            .requires_scope(WRITE_SCOPE)
             .output::<SavedItem>()
             .annotations(hints("Add To Watchlist", false)),
         )
@@ -165,6 +169,7 @@ pub fn register(registry: &mut Registry, catalogue: Arc<Catalogue>, summarizer: 
                 move |ctx, _: NoArguments| get_watchlist(catalogue.clone(), ctx),
             )
             .title("Show My Watchlist")
+            .requires_scope(READ_SCOPE)
             .output::<Watchlist>()
             .annotations(hints("Show My Watchlist", true)),
         );

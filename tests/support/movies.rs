@@ -141,6 +141,8 @@ pub struct Launch {
     pub args: Vec<String>,
     /// The open-file limit (soft and hard) the process starts with.
     pub open_files: Option<u64>,
+    /// Passes `--resource-url http://<its address>/mcp`, the URL the server is reached at.
+    pub resource_url: bool,
 }
 
 impl Launch {
@@ -148,7 +150,7 @@ impl Launch {
     pub fn with_args<const N: usize>(args: [&str; N]) -> Self {
         Self {
             args: args.map(str::to_owned).to_vec(),
-            open_files: None,
+            ..Self::default()
         }
     }
 }
@@ -215,6 +217,13 @@ impl MovieServer {
                 .arg("--bind")
                 .arg(addr.to_string())
                 .args(&launch.args)
+                .args(
+                    launch
+                        .resource_url
+                        .then(|| ["--resource-url".to_owned(), format!("http://{addr}/mcp")])
+                        .into_iter()
+                        .flatten(),
+                )
                 .stdin(Stdio::null())
                 .stdout(log.try_clone().expect("clone the log handle"))
                 .stderr(log);
@@ -317,7 +326,6 @@ impl MovieServer {
     pub fn anonymous(&self) -> Session {
         Session {
             client: self.client.clone(),
-            bearer: None,
         }
     }
 
@@ -332,8 +340,7 @@ impl MovieServer {
     /// A client that sends `Authorization: Bearer <token>` as given.
     pub fn with_token(&self, token: &str) -> Session {
         Session {
-            client: self.client.clone(),
-            bearer: Some(token.to_owned()),
+            client: self.client.with_bearer(token),
         }
     }
 
@@ -373,29 +380,24 @@ impl Drop for MovieServer {
 // Sessions and results
 // ---------------------------------------------------------------------------------------------
 
-/// One client of the server, signed in or not.
+/// One client of the server, signed in (every request it sends carries its bearer token, the
+/// schema checks' own `tools/list` included) or not.
 #[derive(Clone)]
 pub struct Session {
     client: Client,
-    bearer: Option<String>,
 }
 
 impl Session {
     /// A user of the endpoint at `url` signed in with `token`.
     pub fn signed_in(url: String, token: String) -> Self {
         Self {
-            client: super::checked_client(url),
-            bearer: Some(token),
+            client: super::checked_client(url).with_bearer(&token),
         }
     }
 
-    /// A request with the standard headers and `_meta`, plus the bearer token if any.
+    /// A request with the standard headers and `_meta`, and the bearer token if any.
     pub fn request(&self, method: &str) -> RpcRequest<'_> {
-        let request = self.client.request(method);
-        match &self.bearer {
-            Some(token) => request.header("authorization", format!("Bearer {token}")),
-            None => request,
-        }
+        self.client.request(method)
     }
 
     /// `tools/call` from a client that can show forms.

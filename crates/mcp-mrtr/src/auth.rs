@@ -1,6 +1,7 @@
-//! Who is calling: the principal the transport resolves for each request, and the pluggable
-//! authenticator that resolves it.
+//! Who is calling: the principal the transport resolves for each request, the scopes its
+//! credentials grant, and the pluggable authenticator that resolves both.
 
+use async_trait::async_trait;
 use axum::http::HeaderMap;
 
 /// The caller of one request.
@@ -30,22 +31,78 @@ impl Principal {
     }
 }
 
+/// The caller of one request as its credentials show it: who, and what they may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// Who is calling.
+    pub principal: Principal,
+    /// The OAuth scopes the caller's token grants; `None` when its credentials are not limited
+    /// by scopes (anonymous callers, development tokens).
+    pub scopes: Option<Vec<String>>,
+}
+
+impl Caller {
+    /// A caller whose credentials are not limited by scopes.
+    pub fn unlimited(principal: Principal) -> Self {
+        Self {
+            principal,
+            scopes: None,
+        }
+    }
+
+    /// Whether the caller may do what `scope` stands for.
+    pub fn may(&self, scope: &str) -> bool {
+        self.scopes
+            .as_ref()
+            .is_none_or(|granted| granted.iter().any(|s| s == scope))
+    }
+}
+
 /// Why a request's credentials were refused (sent as HTTP 401).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct AuthError(pub String);
+#[error("{reason}")]
+pub struct AuthError {
+    /// What was wrong, for the client and the log.
+    pub reason: String,
+    /// The whole `WWW-Authenticate` value to send; a plain `Bearer error="invalid_token"`
+    /// challenge naming the reason when `None`.
+    pub challenge: Option<String>,
+}
 
-/// Resolves the principal of a request from its HTTP headers.
+impl AuthError {
+    /// A refusal for `reason`, with the plain Bearer challenge.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            challenge: None,
+        }
+    }
+
+    /// The same refusal, sent with `challenge` as its `WWW-Authenticate` value.
+    pub fn with_challenge(mut self, challenge: String) -> Self {
+        self.challenge = Some(challenge);
+        self
+    }
+}
+
+/// Resolves the caller of a request from its HTTP headers.
+#[async_trait]
 pub trait Authenticator: Send + Sync + 'static {
     /// The caller named by `headers`, or an [`AuthError`] to refuse the request with HTTP 401.
-    fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthError>;
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthError>;
+
+    /// The `WWW-Authenticate` value refusing, with HTTP 403, a caller whose token lacks `scope`.
+    fn insufficient_scope(&self, scope: &str) -> String {
+        format!("Bearer error=\"insufficient_scope\", scope=\"{scope}\"")
+    }
 }
 
 /// Treats every request as anonymous.
 pub struct AnonymousOnly;
 
+#[async_trait]
 impl Authenticator for AnonymousOnly {
-    fn authenticate(&self, _: &HeaderMap) -> Result<Principal, AuthError> {
-        Ok(Principal::Anonymous)
+    async fn authenticate(&self, _: &HeaderMap) -> Result<Caller, AuthError> {
+        Ok(Caller::unlimited(Principal::Anonymous))
     }
 }

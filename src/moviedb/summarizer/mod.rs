@@ -191,6 +191,8 @@ impl Summarizer {
                     gen_ai.request.model = provider.model(),
                     movie_id,
                     reviews = reviews.len(),
+                    gen_ai.usage.input_tokens = tracing::field::Empty,
+                    gen_ai.usage.output_tokens = tracing::field::Empty,
                     outcome = tracing::field::Empty,
                     fallback = tracing::field::Empty,
                 );

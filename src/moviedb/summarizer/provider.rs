@@ -80,6 +80,17 @@ pub enum ProviderError {
 struct ChatReply {
     #[serde(default)]
     choices: Vec<ChatReplyChoice>,
+    #[serde(default)]
+    usage: Option<ChatUsage>,
+}
+
+/// The tokens a call took, when the provider says.
+#[derive(Debug, Deserialize)]
+struct ChatUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -160,6 +171,16 @@ impl Provider {
             Ok(Err(e)) => return Err(self.classify(e)),
             Ok(Ok(reply)) => reply,
         };
+        if let Some(usage) = &reply.usage {
+            // Recorded on the caller's span (`llm.summarize`), which declares these fields.
+            let span = tracing::Span::current();
+            if let Some(tokens) = usage.prompt_tokens {
+                span.record("gen_ai.usage.input_tokens", tokens);
+            }
+            if let Some(tokens) = usage.completion_tokens {
+                span.record("gen_ai.usage.output_tokens", tokens);
+            }
+        }
         let Some(choice) = reply.choices.into_iter().next() else {
             return Err(ProviderFailure::Refused("the answer has no choices".into()).into());
         };

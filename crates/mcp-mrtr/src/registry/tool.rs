@@ -43,6 +43,9 @@ pub struct Tool {
     pub hidden: bool,
     /// Parameters the client must mirror into `Mcp-Param-*` headers, found in `input_schema`.
     pub header_params: Vec<HeaderParam>,
+    /// The OAuth scope a caller's token must grant to call the tool (HTTP 403 otherwise), for
+    /// authenticators whose callers have scopes.
+    pub required_scope: Option<String>,
     handler: Arc<ToolHandler>,
 }
 
@@ -111,8 +114,15 @@ impl Tool {
             annotations: None,
             hidden: false,
             header_params,
+            required_scope: None,
             handler,
         }
+    }
+
+    /// Requires `scope` of callers whose tokens carry scopes.
+    pub fn requires_scope(mut self, scope: &str) -> Self {
+        self.required_scope = Some(scope.to_owned());
+        self
     }
 
     /// Sets the display title.

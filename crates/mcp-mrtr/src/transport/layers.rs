@@ -5,15 +5,16 @@
 //! panics answered with a JSON-RPC -32603 instead of a dropped connection.
 
 use std::any::Any;
+use std::future::{Ready, ready};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{HeaderName, HeaderValue, Method, Response, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode, header};
+use futures::future::Either;
 use rand::RngCore;
-use tower::ServiceBuilder;
+use tower::{Layer, Service, ServiceBuilder};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer, ExposeHeaders};
 use tower_http::request_id::{
@@ -70,10 +71,7 @@ pub(super) fn around(router: Router, origins: OriginPolicy) -> Router {
                 .on_failure(()),
         )
         .layer(CatchPanicLayer::custom(answer_panic))
-        .layer(middleware::from_fn_with_state(
-            origins,
-            refuse_foreign_preflight,
-        ))
+        .layer(PreflightGuardLayer(origins))
         .layer(cors);
     router.layer(layers)
 }
@@ -84,10 +82,15 @@ struct RandomRequestId;
 
 impl MakeRequestId for RandomRequestId {
     fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut bytes = [0u8; 16];
         rand::thread_rng().fill_bytes(&mut bytes);
-        let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        HeaderValue::from_str(&id).ok().map(RequestId::new)
+        let mut id = [0u8; 32];
+        for (pair, byte) in id.chunks_exact_mut(2).zip(bytes) {
+            pair[0] = HEX[usize::from(byte >> 4)];
+            pair[1] = HEX[usize::from(byte & 0x0f)];
+        }
+        HeaderValue::from_bytes(&id).ok().map(RequestId::new)
     }
 }
 
@@ -111,26 +114,58 @@ fn span_for<B>(request: &axum::http::Request<B>) -> tracing::Span {
     )
 }
 
-/// A preflight from an origin that may not call the endpoint is refused, as every other request
-/// from it is: CORS alone would only leave out the `Access-Control-*` headers.
-async fn refuse_foreign_preflight(
-    State(origins): State<OriginPolicy>,
-    request: Request,
-    next: Next,
-) -> Response<Body> {
-    if request.method() == Method::OPTIONS
-        && let Some(origin) = request.headers().get(header::ORIGIN)
-        && !origin
-            .to_str()
-            .is_ok_and(|origin| origins.allows_origin(origin))
-    {
+/// Refuses, with 403, a preflight from an origin that may not call the endpoint, as every other
+/// request from it is: CORS alone would only leave out the `Access-Control-*` headers. Written as
+/// a plain service: it sits in front of every request.
+#[derive(Clone)]
+struct PreflightGuardLayer(OriginPolicy);
+
+impl<S> Layer<S> for PreflightGuardLayer {
+    type Service = PreflightGuard<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        PreflightGuard {
+            inner,
+            origins: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct PreflightGuard<S> {
+    inner: S,
+    origins: OriginPolicy,
+}
+
+impl<S, B> Service<Request<B>> for PreflightGuard<S>
+where
+    S: Service<Request<B>, Response = Response<Body>>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = Either<Ready<Result<Response<Body>, S::Error>>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let foreign = request.method() == Method::OPTIONS
+            && request.headers().get(header::ORIGIN).is_some_and(|origin| {
+                !origin
+                    .to_str()
+                    .is_ok_and(|origin| self.origins.allows_origin(origin))
+            });
+        if !foreign {
+            return Either::Right(self.inner.call(request));
+        }
         tracing::warn!("refused a preflight from a foreign origin");
-        return Response::builder()
+        let refusal = Response::builder()
             .status(StatusCode::FORBIDDEN)
             .body(Body::empty())
             .unwrap_or_default();
+        Either::Left(ready(Ok(refusal)))
     }
-    next.run(request).await
 }
 
 /// What a request whose handler panicked is answered with; the panic is logged.

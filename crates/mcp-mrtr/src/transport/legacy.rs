@@ -161,11 +161,24 @@ pub(super) async fn post(
     accept: Accept,
     incoming: Incoming,
 ) -> Result<Response<Body>, WireError> {
-    let principal = endpoint
-        .options
-        .authenticator
+    let authenticator = &endpoint.options.authenticator;
+    let caller = authenticator
         .authenticate(headers)
-        .map_err(|e| WireError::unauthorized(&e.0).answering(request_id(&incoming).as_ref()))?;
+        .await
+        .map_err(|e| WireError::unauthorized(&e).answering(request_id(&incoming).as_ref()))?;
+    if let Incoming::Request { id, method, params } = &incoming
+        && method == Method::ToolsCall.as_str()
+        && let Some(scope) = params
+            .get("name")
+            .and_then(Value::as_str)
+            .and_then(|name| endpoint.server.registry().tool(name))
+            .and_then(|tool| tool.required_scope.as_deref())
+        && !caller.may(scope)
+    {
+        let challenge = authenticator.insufficient_scope(scope);
+        return Err(WireError::insufficient_scope(scope, &challenge).answering(Some(id)));
+    }
+    let principal = caller.principal;
     let session_id = header_text(headers, SESSION_HEADER)
         .map_err(|e| WireError::from(e).with_status(StatusCode::BAD_REQUEST))?
         .map(str::to_owned);
@@ -456,7 +469,9 @@ async fn session_of(
         .options
         .authenticator
         .authenticate(headers)
-        .map_err(|e| WireError::unauthorized(&e.0))?;
+        .await
+        .map_err(|e| WireError::unauthorized(&e))?
+        .principal;
     let session_id = header_text(headers, SESSION_HEADER)
         .map_err(|e| WireError::from(e).with_status(StatusCode::BAD_REQUEST))?
         .ok_or_else(|| {

@@ -59,13 +59,25 @@ async fn request(
     method: &str,
     params: Map<String, Value>,
 ) -> Result<Response<Body>, WireError> {
-    let principal = endpoint
-        .options
-        .authenticator
+    let authenticator = &endpoint.options.authenticator;
+    let caller = authenticator
         .authenticate(headers)
-        .map_err(|e| WireError::unauthorized(&e.0))?;
-    let owner = owner_of(&principal, peer);
-    let caller = (principal, owner);
+        .await
+        .map_err(|e| WireError::unauthorized(&e))?;
+    if method == Method::ToolsCall.as_str() {
+        let tool = params
+            .get("name")
+            .and_then(Value::as_str)
+            .and_then(|name| endpoint.server.registry().tool(name));
+        if let Some(scope) = tool.and_then(|tool| tool.required_scope.as_deref())
+            && !caller.may(scope)
+        {
+            let challenge = authenticator.insufficient_scope(scope);
+            return Err(WireError::insufficient_scope(scope, &challenge));
+        }
+    }
+    let owner = owner_of(&caller.principal, peer);
+    let caller = (caller.principal, owner);
     Ok(serve(endpoint, headers, accept, caller, id, method, params).await?)
 }
 

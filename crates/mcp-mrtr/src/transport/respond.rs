@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::{Endpoint, sse};
+use crate::auth::AuthError;
 use crate::mrtr::Notifier;
 use crate::protocol::jsonrpc::{error_bytes, success_bytes};
 use crate::protocol::{Method, ProtocolError, RequestId};
@@ -131,17 +132,33 @@ impl WireError {
         Self::from(ProtocolError::invalid_request(message)).with_status(status)
     }
 
-    /// HTTP 401 with a Bearer challenge naming `reason`.
-    pub(super) fn unauthorized(reason: &str) -> Self {
-        let challenge = format!(
-            "Bearer error=\"invalid_token\", error_description=\"{}\"",
-            reason.replace('"', "'")
-        );
+    /// HTTP 401 with the refusal's Bearer challenge (one naming its reason by default).
+    pub(super) fn unauthorized(refusal: &AuthError) -> Self {
+        let reason = &refusal.reason;
+        let challenge = refusal.challenge.clone().unwrap_or_else(|| {
+            format!(
+                "Bearer error=\"invalid_token\", error_description=\"{}\"",
+                reason.replace('"', "'")
+            )
+        });
         Self {
             header: HeaderValue::from_str(&challenge)
                 .ok()
                 .map(|value| (header::WWW_AUTHENTICATE, value)),
             ..Self::refused(StatusCode::UNAUTHORIZED, format!("Unauthorized: {reason}"))
+        }
+    }
+
+    /// HTTP 403 with the `challenge` naming the scope a caller's token lacks.
+    pub(super) fn insufficient_scope(scope: &str, challenge: &str) -> Self {
+        Self {
+            header: HeaderValue::from_str(challenge)
+                .ok()
+                .map(|value| (header::WWW_AUTHENTICATE, value)),
+            ..Self::refused(
+                StatusCode::FORBIDDEN,
+                format!("Forbidden: this needs the {scope} scope, which the token does not grant"),
+            )
         }
     }
 

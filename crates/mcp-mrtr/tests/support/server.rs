@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use mcp_mrtr::auth::{AuthError, Authenticator, Principal};
+use mcp_mrtr::auth::{AuthError, Authenticator, Caller, Principal};
 use mcp_mrtr::mrtr::StateSealer;
 use mcp_mrtr::server::{Events, ServerInfo};
 use mcp_mrtr::service::{self, MCP_PATH, Settings};
@@ -20,15 +20,17 @@ use super::fixtures::test_registry;
 /// Resolves the caller from an `X-Test-User` header; without it the caller is anonymous.
 pub struct TestUserAuthenticator;
 
+#[async_trait::async_trait]
 impl Authenticator for TestUserAuthenticator {
-    fn authenticate(&self, headers: &axum::http::HeaderMap) -> Result<Principal, AuthError> {
-        match headers.get("x-test-user") {
-            None => Ok(Principal::Anonymous),
+    async fn authenticate(&self, headers: &axum::http::HeaderMap) -> Result<Caller, AuthError> {
+        let principal = match headers.get("x-test-user") {
+            None => Principal::Anonymous,
             Some(value) => match value.to_str() {
-                Ok(name) if !name.trim().is_empty() => Ok(Principal::User(name.trim().to_owned())),
-                _ => Err(AuthError("X-Test-User must be a non-empty name".into())),
+                Ok(name) if !name.trim().is_empty() => Principal::User(name.trim().to_owned()),
+                _ => return Err(AuthError::new("X-Test-User must be a non-empty name")),
             },
-        }
+        };
+        Ok(Caller::unlimited(principal))
     }
 }
 

@@ -1,0 +1,89 @@
+//! Sign-in for the movie server, in one of two modes on top of the library's caller and
+//! authenticator:
+//!
+//! - development (no issuer configured): HS256 JWTs minted by `moviedb-mcp token` with a shared
+//!   secret, checked here;
+//! - resource server ([`oauth`]): access tokens of an OAuth 2.1 authorization server, discovered
+//!   and verified as the MCP authorization spec says.
+
+pub mod oauth;
+
+use axum::http::HeaderMap;
+pub use mcp_mrtr::auth::{AnonymousOnly, AuthError, Authenticator, Caller, Principal};
+
+/// The scope of the tools that read (the catalogue, summaries, the user's own list).
+pub const READ_SCOPE: &str = "movies:read";
+/// The scope of `addToWatchlist`.
+pub const WRITE_SCOPE: &str = "watchlist:write";
+
+/// Development sign-in: users by `Authorization: Bearer <JWT>` (HS256, the shared secret). No
+/// header means anonymous; a bad or expired token is refused. Tokens carry no scopes.
+pub struct JwtAuthenticator {
+    key: jsonwebtoken::DecodingKey,
+    validation: jsonwebtoken::Validation,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Claims {
+    sub: String,
+    iat: i64,
+    exp: i64,
+}
+
+impl JwtAuthenticator {
+    pub fn new(secret: &[u8]) -> anyhow::Result<Self> {
+        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
+        validation.leeway = 5;
+        Ok(Self {
+            key: jsonwebtoken::DecodingKey::from_secret(secret)?,
+            validation,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Authenticator for JwtAuthenticator {
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthError> {
+        let Some(token) = bearer_token(headers)? else {
+            return Ok(Caller::unlimited(Principal::Anonymous));
+        };
+        let data = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation)
+            .map_err(|e| AuthError::new(format!("invalid token: {e}")))?;
+        if data.claims.sub.is_empty() {
+            return Err(AuthError::new("invalid token: empty subject"));
+        }
+        Ok(Caller::unlimited(Principal::User(data.claims.sub)))
+    }
+}
+
+/// The bearer token of `Authorization: Bearer <token>`; `None` without the header.
+fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, AuthError> {
+    let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let value = value
+        .to_str()
+        .map_err(|_| AuthError::new("the Authorization header is not valid text"))?;
+    let token = value
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .filter(|token| !token.is_empty())
+        .ok_or_else(|| AuthError::new("the Authorization header must be `Bearer <token>`"))?;
+    Ok(Some(token))
+}
+
+/// Signs a token for `user`, valid for `ttl`.
+pub fn mint_token(secret: &[u8], user: &str, ttl: std::time::Duration) -> anyhow::Result<String> {
+    let now = chrono::Utc::now().timestamp();
+    let claims = Claims {
+        sub: user.to_owned(),
+        iat: now,
+        exp: now + ttl.as_secs() as i64,
+    };
+    Ok(jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret)?,
+    )?)
+}

@@ -1,0 +1,372 @@
+//! Resource-server mode: the MCP server as an OAuth 2.1 resource server, as the 2026-07-28
+//! authorization spec makes it.
+//!
+//! - It publishes its Protected Resource Metadata (RFC 9728) at
+//!   `/.well-known/oauth-protected-resource` and at the path-suffixed form for its endpoint,
+//!   naming its one authorization server and the scopes it knows.
+//! - It verifies access tokens (JWTs) against the keys the authorization server publishes (found
+//!   through its RFC 8414 or OpenID Connect metadata): the signature (RS256, ES256 or EdDSA; never
+//!   `none` or a shared-secret algorithm), the issuer, the audience (this server's resource URL,
+//!   RFC 8707), and `exp`/`nbf` within a small leeway. The principal is the token's `sub`.
+//! - A token signed with a key it does not know makes it fetch the keys again, at most once per
+//!   [`MIN_KEY_REFRESH`], so a flood of made-up key ids cannot hammer the authorization server.
+//! - A request without a token, or with one that fails, gets 401 with a `WWW-Authenticate`
+//!   challenge pointing at the metadata; a token without a tool's scope gets 403 naming it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::http::HeaderMap;
+use axum::routing::get;
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{AuthError, Authenticator, Caller, Principal, READ_SCOPE, WRITE_SCOPE, bearer_token};
+
+/// The least time between two fetches of the authorization server's keys.
+pub const MIN_KEY_REFRESH: Duration = Duration::from_secs(30);
+/// The longest a fetch from the authorization server may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The scopes this server knows, as its metadata lists them.
+const SCOPES: [&str; 2] = [READ_SCOPE, WRITE_SCOPE];
+const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
+
+/// The authorization server's keys, by key id (`""` for a key without one).
+type Keys = HashMap<String, Vec<(Algorithm, DecodingKey)>>;
+
+/// The resource server (see the module docs).
+pub struct ResourceServer {
+    issuer: String,
+    resource: String,
+    metadata_url: String,
+    metadata_paths: Vec<String>,
+    jwks_uri: String,
+    http: reqwest::Client,
+    leeway: Duration,
+    keys: RwLock<Keys>,
+    /// When the keys were last fetched; held while fetching, so fetches never overlap.
+    last_refresh: tokio::sync::Mutex<Instant>,
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    sub: String,
+    #[serde(default)]
+    scope: Option<String>,
+}
+
+impl ResourceServer {
+    /// Finds `issuer`'s metadata and keys, for tokens meant for `resource` (this server's
+    /// canonical URL, the audience its tokens must name). Fails when the authorization server
+    /// cannot be reached or its metadata does not hold.
+    pub async fn discover(issuer: &str, resource: &str, leeway: Duration) -> anyhow::Result<Self> {
+        let issuer = issuer.trim_end_matches('/').to_owned();
+        let resource = resource.trim_end_matches('/').to_owned();
+        let resource_url = reqwest::Url::parse(&resource)
+            .with_context(|| format!("--resource-url {resource:?} is not an absolute URL"))?;
+        anyhow::ensure!(
+            matches!(resource_url.scheme(), "http" | "https") && resource_url.fragment().is_none(),
+            "--resource-url must be an http(s) URL without a fragment"
+        );
+        let origin = resource_url.origin().ascii_serialization();
+        let path = resource_url.path().trim_end_matches('/').to_owned();
+        let mut metadata_paths = vec![WELL_KNOWN.to_owned()];
+        if !path.is_empty() {
+            metadata_paths.push(format!("{WELL_KNOWN}{path}"));
+        }
+        let metadata_url = format!("{origin}{}", metadata_paths[metadata_paths.len() - 1]);
+        let http = reqwest::Client::builder()
+            .timeout(FETCH_TIMEOUT)
+            .build()
+            .context("setting up the HTTP client for the authorization server")?;
+        let jwks_uri = discover_jwks_uri(&http, &issuer).await?;
+        let keys = fetch_keys(&http, &jwks_uri).await?;
+        tracing::info!(
+            %issuer,
+            %resource,
+            keys = keys.values().map(Vec::len).sum::<usize>(),
+            "sign-in: access tokens of the authorization server, for this resource"
+        );
+        Ok(Self {
+            issuer,
+            resource,
+            metadata_url,
+            metadata_paths,
+            jwks_uri,
+            http,
+            leeway,
+            keys: RwLock::new(keys),
+            last_refresh: tokio::sync::Mutex::new(Instant::now()),
+        })
+    }
+
+    /// The Protected Resource Metadata document (RFC 9728).
+    pub fn metadata(&self) -> Value {
+        json!({
+            "resource": self.resource,
+            "authorization_servers": [self.issuer],
+            "scopes_supported": SCOPES,
+            "bearer_methods_supported": ["header"],
+            "resource_name": "moviedb-mcp",
+        })
+    }
+
+    /// `GET` of the metadata at the root well-known path and at the one suffixed with the
+    /// endpoint's path.
+    pub fn routes(self: &Arc<Self>) -> Router {
+        let mut router = Router::new();
+        for path in &self.metadata_paths {
+            let server = self.clone();
+            router = router.route(
+                path,
+                get(move || {
+                    let document = server.metadata();
+                    async move { axum::Json(document) }
+                }),
+            );
+        }
+        router
+    }
+
+    /// The challenge of a 401: where the metadata is, the scope to start with, and the error if a
+    /// token was sent.
+    fn challenge(&self, error: Option<&str>) -> String {
+        let mut challenge = format!(
+            "Bearer resource_metadata=\"{}\", scope=\"{READ_SCOPE}\"",
+            self.metadata_url
+        );
+        if let Some(description) = error {
+            challenge.push_str(&format!(
+                ", error=\"invalid_token\", error_description=\"{}\"",
+                description.replace(['"', '\\'], "'")
+            ));
+        }
+        challenge
+    }
+
+    fn refuse(&self, reason: &str) -> AuthError {
+        AuthError::new(reason).with_challenge(self.challenge(Some(reason)))
+    }
+
+    /// The keys for `kid` that sign with `alg`, fetching the keys again when `kid` is unknown
+    /// and the last fetch is old enough.
+    async fn keys_for(&self, kid: &str, alg: Algorithm) -> Vec<DecodingKey> {
+        let known = self.lookup(kid, alg);
+        if !known.is_empty() {
+            return known;
+        }
+        let mut last = self.last_refresh.lock().await;
+        // Another request may have fetched them while this one waited.
+        let known = self.lookup(kid, alg);
+        if !known.is_empty() || last.elapsed() < MIN_KEY_REFRESH {
+            return known;
+        }
+        *last = Instant::now();
+        match fetch_keys(&self.http, &self.jwks_uri).await {
+            Ok(keys) => {
+                tracing::info!("fetched the authorization server's keys again (unknown key id)");
+                *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
+            }
+            Err(e) => tracing::warn!("cannot fetch the authorization server's keys: {e:#}"),
+        }
+        self.lookup(kid, alg)
+    }
+
+    fn lookup(&self, kid: &str, alg: Algorithm) -> Vec<DecodingKey> {
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let candidates: Box<dyn Iterator<Item = &Vec<(Algorithm, DecodingKey)>>> = if kid.is_empty()
+        {
+            Box::new(keys.values())
+        } else {
+            Box::new(keys.get(kid).into_iter())
+        };
+        candidates
+            .flatten()
+            .filter(|(signs, _)| *signs == alg)
+            .map(|(_, key)| key.clone())
+            .collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl Authenticator for ResourceServer {
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthError> {
+        let token = match bearer_token(headers) {
+            Ok(Some(token)) => token,
+            Ok(None) => {
+                return Err(AuthError::new("this server needs a bearer access token")
+                    .with_challenge(self.challenge(None)));
+            }
+            Err(e) => return Err(self.refuse(&e.reason)),
+        };
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|_| self.refuse("the token is not a signed JWT"))?;
+        if !matches!(
+            header.alg,
+            Algorithm::RS256 | Algorithm::ES256 | Algorithm::EdDSA
+        ) {
+            return Err(self.refuse("the token is signed with an algorithm this server refuses"));
+        }
+        let kid = header.kid.as_deref().unwrap_or_default();
+        let keys = self.keys_for(kid, header.alg).await;
+        if keys.is_empty() {
+            return Err(self.refuse(
+                "the token is signed with a key the authorization server does not publish",
+            ));
+        }
+        let mut validation = Validation::new(header.alg);
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&[&self.resource]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        validation.validate_nbf = true;
+        validation.leeway = self.leeway.as_secs();
+        let mut last_error = None;
+        for key in &keys {
+            match jsonwebtoken::decode::<Claims>(token, key, &validation) {
+                Ok(data) if !data.claims.sub.is_empty() => {
+                    let scopes = data
+                        .claims
+                        .scope
+                        .unwrap_or_default()
+                        .split_whitespace()
+                        .map(str::to_owned)
+                        .collect();
+                    return Ok(Caller {
+                        principal: Principal::User(data.claims.sub),
+                        scopes: Some(scopes),
+                    });
+                }
+                Ok(_) => return Err(self.refuse("the token has an empty subject")),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        let reason = match last_error.as_ref().map(jsonwebtoken::errors::Error::kind) {
+            Some(jsonwebtoken::errors::ErrorKind::ExpiredSignature) => "the token has expired",
+            Some(jsonwebtoken::errors::ErrorKind::ImmatureSignature) => {
+                "the token is not valid yet"
+            }
+            Some(jsonwebtoken::errors::ErrorKind::InvalidAudience) => {
+                "the token was not issued for this server (audience)"
+            }
+            Some(jsonwebtoken::errors::ErrorKind::InvalidIssuer) => {
+                "the token was not issued by this server's authorization server"
+            }
+            Some(jsonwebtoken::errors::ErrorKind::InvalidSignature) => {
+                "the token's signature does not verify"
+            }
+            _ => "the token is not valid",
+        };
+        Err(self.refuse(reason))
+    }
+
+    fn insufficient_scope(&self, scope: &str) -> String {
+        format!(
+            "Bearer error=\"insufficient_scope\", scope=\"{scope}\", resource_metadata=\"{}\", \
+             error_description=\"this needs the {scope} scope\"",
+            self.metadata_url
+        )
+    }
+}
+
+/// The authorization server's `jwks_uri`, from its metadata: RFC 8414 first, then OpenID Connect
+/// Discovery, at the well-known URLs the MCP spec lists, in its order. A document whose `issuer`
+/// is not exactly `issuer` is not used.
+async fn discover_jwks_uri(http: &reqwest::Client, issuer: &str) -> anyhow::Result<String> {
+    let url = reqwest::Url::parse(issuer)
+        .with_context(|| format!("--auth-issuer {issuer:?} is not an absolute URL"))?;
+    let origin = url.origin().ascii_serialization();
+    let path = url.path().trim_end_matches('/');
+    let candidates = if path.is_empty() {
+        vec![
+            format!("{origin}/.well-known/oauth-authorization-server"),
+            format!("{origin}/.well-known/openid-configuration"),
+        ]
+    } else {
+        vec![
+            format!("{origin}/.well-known/oauth-authorization-server{path}"),
+            format!("{origin}/.well-known/openid-configuration{path}"),
+            format!("{origin}{path}/.well-known/openid-configuration"),
+        ]
+    };
+    let mut tried = Vec::new();
+    for candidate in candidates {
+        let document = match fetch_json(http, &candidate).await {
+            Ok(document) => document,
+            Err(e) => {
+                tried.push(format!("{candidate}: {e:#}"));
+                continue;
+            }
+        };
+        if document["issuer"].as_str() != Some(issuer) {
+            tried.push(format!("{candidate}: its issuer is not {issuer}"));
+            continue;
+        }
+        return document["jwks_uri"]
+            .as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("{candidate} names no jwks_uri"));
+    }
+    anyhow::bail!(
+        "no metadata of the authorization server {issuer}: {}",
+        tried.join("; ")
+    )
+}
+
+async fn fetch_json(http: &reqwest::Client, url: &str) -> anyhow::Result<Value> {
+    let response = http.get(url).send().await?.error_for_status()?;
+    Ok(serde_json::from_slice(&response.bytes().await?)?)
+}
+
+/// The keys at `jwks_uri` this server can verify with, each with the algorithm it signs with.
+async fn fetch_keys(http: &reqwest::Client, jwks_uri: &str) -> anyhow::Result<Keys> {
+    let document = fetch_json(http, jwks_uri)
+        .await
+        .with_context(|| format!("fetching the keys at {jwks_uri}"))?;
+    let set: JwkSet = serde_json::from_value(document)
+        .with_context(|| format!("reading the keys at {jwks_uri}"))?;
+    let mut keys: Keys = HashMap::new();
+    for jwk in &set.keys {
+        let Some(alg) = signing_algorithm(jwk) else {
+            continue;
+        };
+        let Ok(key) = DecodingKey::from_jwk(jwk) else {
+            continue;
+        };
+        let kid = jwk.common.key_id.clone().unwrap_or_default();
+        keys.entry(kid).or_default().push((alg, key));
+    }
+    Ok(keys)
+}
+
+/// The algorithm a published key signs with, among those this server accepts; `None` for an
+/// encryption key or another algorithm.
+fn signing_algorithm(jwk: &Jwk) -> Option<Algorithm> {
+    if jwk
+        .common
+        .public_key_use
+        .as_ref()
+        .is_some_and(|usage| *usage != jsonwebtoken::jwk::PublicKeyUse::Signature)
+    {
+        return None;
+    }
+    let by_type = match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => Algorithm::RS256,
+        AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P256 => {
+            Algorithm::ES256
+        }
+        AlgorithmParameters::OctetKeyPair(_) => Algorithm::EdDSA,
+        _ => return None,
+    };
+    match jwk.common.key_algorithm {
+        None => Some(by_type),
+        Some(declared) => {
+            let declared = format!("{declared:?}");
+            (declared == format!("{by_type:?}")).then_some(by_type)
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! Sign-in as the MCP authorization spec makes it, against a real authorization server: the npm
+//! package `oidc-provider` (run by Node from `tests/oauth/`, installed there by `.ci/run` or
+//! `npm install --prefix tests/oauth`) issues client-credentials access tokens as JWTs for the
+//! `moviedb-mcp` under test, which runs as an OAuth 2.1 resource server. The official TypeScript
+//! SDK client signs in on its own, from the 401 to a finished MRTR conversation; then every kind of
+//! bad token is refused with the right status and challenge.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::{Value, json};
+use support::movies::{Backend, Launch, MovieServer, Session, eliciting, structured};
+use support::net::{free_port, random_hex};
+
+const READ: &str = "movies:read";
+/// How long the authorization server, a token or the SDK client may take.
+const PATIENCE: Duration = Duration::from_secs(60);
+const WRITE: &str = "watchlist:write";
+
+fn oauth_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oauth");
+    assert!(
+        dir.join("node_modules/oidc-provider").is_dir()
+            && dir
+                .join("node_modules/@modelcontextprotocol/client")
+                .is_dir(),
+        "the sign-in tests need their Node packages: npm install --prefix tests/oauth (.ci/run does)"
+    );
+    dir
+}
+
+/// `oidc-provider` on a port of its own, signing with the keys in `keys` (created when missing);
+/// killed on drop.
+struct AuthorizationServer {
+    child: Child,
+    issuer: String,
+}
+
+impl AuthorizationServer {
+    fn start(keys: &Path) -> Self {
+        let port = free_port();
+        let mut child = Command::new("node")
+            .arg(oauth_dir().join("authorization_server.mjs"))
+            .arg(port.to_string())
+            .arg(keys)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start oidc-provider under node");
+        let stdout = child.stdout.take().expect("its stdout");
+        let (said, heard) = std::sync::mpsc::channel();
+        // Read on: a closed pipe would fail the server's next write.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = said.send(line);
+            }
+        });
+        let first = heard.recv_timeout(PATIENCE).unwrap_or_default();
+        assert_eq!(first.trim(), "listening", "oidc-provider did not start");
+        Self {
+            child,
+            issuer: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// An access token for `client` (`tests-rs256`, `tests-es256`, `tests-eddsa`, `tests-short`)
+    /// meant for `resource`, with `scope`.
+    async fn token(&self, client: &str, resource: &str, scope: &str) -> String {
+        let body = [
+            ("grant_type", "client_credentials"),
+            ("resource", resource),
+            ("scope", scope),
+        ]
+        .iter()
+        .map(|(k, v)| format!("{k}={}", form_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+        let answer: Value = reqwest::Client::new()
+            .post(format!("{}/token", self.issuer))
+            .timeout(PATIENCE)
+            .basic_auth(client, Some(format!("{client}-secret")))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .expect("the token endpoint answers")
+            .json()
+            .await
+            .expect("a JSON answer");
+        answer["access_token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no access token: {answer}"))
+            .to_owned()
+    }
+}
+
+impl Drop for AuthorizationServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn form_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            b' ' => "+".to_owned(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A keys file of its own for one test.
+fn keys_file() -> PathBuf {
+    std::env::temp_dir().join(format!("moviedb-oauth-keys-{}.json", random_hex(6)))
+}
+
+/// `moviedb-mcp` as a resource server of `issuer`, its resource URL its own address.
+async fn resource_server(issuer: &str) -> MovieServer {
+    MovieServer::start_with(
+        Backend::Sqlite,
+        Launch {
+            args: ["--auth-issuer", issuer, "--auth-leeway-secs", "1"]
+                .map(str::to_owned)
+                .to_vec(),
+            resource_url: true,
+            ..Launch::default()
+        },
+    )
+    .await
+}
+
+fn metadata_url(server: &MovieServer) -> String {
+    server
+        .url()
+        .replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
+}
+
+/// Checks a refusal: its HTTP status and that its challenge names `parts`.
+fn assert_challenge(reply: &support::Reply, status: u16, parts: &[&str]) {
+    assert_eq!(reply.status.as_u16(), status, "{}", reply.body_text());
+    let challenge = reply.header("www-authenticate").unwrap_or_default();
+    assert!(challenge.starts_with("Bearer "), "{challenge}");
+    for part in parts {
+        assert!(challenge.contains(part), "{part} in {challenge}");
+    }
+}
+
+#[tokio::test]
+async fn the_sdk_client_finds_the_authorization_server_signs_in_and_converses() {
+    let keys = keys_file();
+    let authority = AuthorizationServer::start(&keys);
+    let server = resource_server(&authority.issuer).await;
+    let metadata = metadata_url(&server);
+
+    // What a client sees first: 401 and where to go.
+    let anonymous = server.anonymous().request("tools/list").send().await;
+    assert_challenge(
+        &anonymous,
+        401,
+        &[
+            &format!("resource_metadata=\"{metadata}\""),
+            "scope=\"movies:read\"",
+        ],
+    );
+    for url in [metadata.clone(), metadata.replace("/mcp", "")] {
+        let document: Value = reqwest::get(&url)
+            .await
+            .expect("the metadata answers")
+            .json()
+            .await
+            .expect("JSON");
+        assert_eq!(
+            document["resource"],
+            json!(server.url()),
+            "{url}: {document}"
+        );
+        assert_eq!(document["authorization_servers"], json!([authority.issuer]));
+        assert_eq!(document["scopes_supported"], json!([READ, WRITE]));
+        assert_eq!(document["bearer_methods_supported"], json!(["header"]));
+    }
+
+    // The official SDK does the rest by itself, from that 401.
+    let run = tokio::process::Command::new("node")
+        .arg(oauth_dir().join("sdk_client.mjs"))
+        .args([
+            server.url(),
+            &authority.issuer,
+            "tests-es256",
+            "tests-es256-secret",
+            "6",
+        ])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(PATIENCE, run)
+        .await
+        .expect("the SDK client finished in time")
+        .expect("run the SDK client");
+    assert!(
+        output.status.success(),
+        "the SDK client failed: {}{}\nserver log:\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+        server.log()
+    );
+    let saved: Value = serde_json::from_slice(&output.stdout).expect("the saved item");
+    assert_eq!(saved["status"], "WATCHED", "{saved}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("already watched"),
+        "the server asked its question: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let _ = std::fs::remove_file(keys);
+}
+
+#[tokio::test]
+async fn tokens_signed_with_rs256_es256_and_eddsa_sign_in_their_subject() {
+    let keys = keys_file();
+    let authority = AuthorizationServer::start(&keys);
+    let server = resource_server(&authority.issuer).await;
+    let both = format!("{READ} {WRITE}");
+    for (client, movie) in [("tests-rs256", 5), ("tests-es256", 6), ("tests-eddsa", 7)] {
+        let token = authority.token(client, server.url(), &both).await;
+        let session = server.with_token(&token);
+        let added = session
+            .call(
+                "addToWatchlist",
+                json!({"subject": {"movieId": movie.to_string()}, "status": "WATCHED"}),
+            )
+            .await;
+        assert_eq!(structured(&added)["status"], "WATCHED", "{client}");
+        // The list belongs to the token's subject: each client sees its own title only.
+        let listed = session.watchlist().await;
+        assert_eq!(listed.len(), 1, "{client}: {listed:?}");
+        assert_eq!(listed[0]["content"]["id"], json!(movie.to_string()));
+    }
+    let _ = std::fs::remove_file(keys);
+}
+
+#[tokio::test]
+async fn every_kind_of_bad_token_is_refused_with_401_and_a_challenge() {
+    let keys = keys_file();
+    let authority = AuthorizationServer::start(&keys);
+    // The same keys under another issuer, and other keys under a third.
+    let impostor = AuthorizationServer::start(&keys);
+    let stranger = AuthorizationServer::start(&keys_file());
+    let server = resource_server(&authority.issuer).await;
+    let resource = server.url().to_owned();
+    let both = format!("{READ} {WRITE}");
+
+    let good = authority.token("tests-rs256", &resource, &both).await;
+    let mut bad_signature = good.clone();
+    let last = bad_signature.pop().expect("a signature");
+    bad_signature.push(if last == 'A' { 'B' } else { 'A' });
+    let claims = good.split('.').nth(1).expect("claims").to_owned();
+    let alg_none = format!(
+        "{}.{claims}.",
+        URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT"}"#)
+    );
+    let expired = authority.token("tests-short", &resource, &both).await;
+
+    let cases = [
+        (
+            "another audience",
+            authority
+                .token("tests-es256", "http://127.0.0.1:9/other/mcp", &both)
+                .await,
+            "audience",
+        ),
+        (
+            "another issuer",
+            impostor.token("tests-es256", &resource, &both).await,
+            "issued by",
+        ),
+        (
+            "an unknown key",
+            stranger.token("tests-es256", &resource, &both).await,
+            "does not publish",
+        ),
+        ("a bad signature", bad_signature, "signature"),
+        ("alg none", alg_none, "signed JWT"),
+        ("not a token at all", "not-a-jwt".to_owned(), "signed JWT"),
+    ];
+    // Past the token's second of life and the server's second of leeway.
+    tokio::time::sleep(Duration::from_millis(3_200)).await;
+    let all = cases
+        .into_iter()
+        .chain([("an expired token", expired, "expired")]);
+    for (what, token, reason) in all {
+        let reply = server.with_token(&token).request("tools/list").send().await;
+        assert_challenge(
+            &reply,
+            401,
+            &[
+                "error=\"invalid_token\"",
+                &format!("resource_metadata=\"{}\"", metadata_url(&server)),
+                reason,
+            ],
+        );
+        assert!(reply.body_text().contains("Unauthorized"), "{what}");
+    }
+    let fine = server
+        .with_token(&good)
+        .call("getWatchlist", json!({}))
+        .await;
+    assert_eq!(fine.status.as_u16(), 200, "{}", fine.body_text());
+    let _ = std::fs::remove_file(keys);
+}
+
+#[tokio::test]
+async fn a_token_without_the_write_scope_reads_but_cannot_add() {
+    let keys = keys_file();
+    let authority = AuthorizationServer::start(&keys);
+    let server = resource_server(&authority.issuer).await;
+    let reader = server.with_token(&authority.token("tests-es256", server.url(), READ).await);
+
+    let recommended = reader
+        .call(
+            "recommendMoviesForMood",
+            json!({"input": {"mood": "COMFORT"}}),
+        )
+        .await;
+    assert!(structured(&recommended)["movies"].is_array());
+    let refused = reader
+        .call("addToWatchlist", json!({"subject": {"movieId": "6"}}))
+        .await;
+    assert_challenge(
+        &refused,
+        403,
+        &[
+            "error=\"insufficient_scope\"",
+            "scope=\"watchlist:write\"",
+            "resource_metadata=",
+        ],
+    );
+    assert!(reader.watchlist().await.is_empty(), "nothing was written");
+    let _ = std::fs::remove_file(keys);
+}
+
+#[tokio::test]
+async fn a_request_state_opens_only_for_the_subject_it_was_sealed_for() {
+    let keys = keys_file();
+    let authority = AuthorizationServer::start(&keys);
+    let server = resource_server(&authority.issuer).await;
+    let both = format!("{READ} {WRITE}");
+    let first: Session =
+        server.with_token(&authority.token("tests-es256", server.url(), &both).await);
+    let second = server.with_token(&authority.token("tests-eddsa", server.url(), &both).await);
+
+    let arguments = json!({"subject": {"movieId": "6"}});
+    let asked = first
+        .call_with("addToWatchlist", arguments.clone(), eliciting())
+        .await;
+    assert_eq!(
+        asked.result_type(),
+        "input_required",
+        "{}",
+        asked.body_text()
+    );
+    let answer = json!({"status": {"action": "accept", "content": {"status": "WATCHED"}}});
+    let stolen = second
+        .retry(
+            "addToWatchlist",
+            arguments.clone(),
+            answer.clone(),
+            &asked.request_state(),
+        )
+        .await;
+    assert_eq!(stolen.error_code(), -32602, "{}", stolen.body_text());
+    assert!(stolen.error_message().contains("another principal"));
+    let mine = first
+        .retry("addToWatchlist", arguments, answer, &asked.request_state())
+        .await;
+    assert_eq!(structured(&mine)["status"], "WATCHED");
+    let _ = std::fs::remove_file(keys);
+}
+
+#[tokio::test]
+async fn without_an_issuer_the_log_says_sign_in_is_for_development() {
+    let server = MovieServer::start(Backend::Sqlite).await;
+    assert!(
+        server.log().contains("sign-in is in development mode"),
+        "{}",
+        server.log()
+    );
+    let anonymous = server.anonymous().call("getWatchlist", json!({})).await;
+    assert_ne!(
+        anonymous.status.as_u16(),
+        401,
+        "anonymous callers are let in"
+    );
+}
