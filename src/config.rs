@@ -121,6 +121,11 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_AUTH_LEEWAY_SECS", default_value_t = 30)]
     pub auth_leeway_secs: u64,
 
+    /// Resource-server sign-in: the least seconds between two fetches of the authorization
+    /// server's keys, which a token signed with an unknown key id triggers.
+    #[arg(long, env = "MOVIEDB_AUTH_KEY_REFRESH_SECS", default_value_t = 30)]
+    pub auth_key_refresh_secs: u64,
+
     /// Serve Prometheus metrics (`GET /metrics`) on this address instead of the MCP listener's,
     /// so they need not be public.
     #[arg(long, env = "MOVIEDB_METRICS_BIND")]

@@ -138,7 +138,9 @@ async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
                  tokens must name",
             )?;
             let leeway = Duration::from_secs(cli.serve.auth_leeway_secs);
-            let server = Arc::new(ResourceServer::discover(issuer, resource, leeway).await?);
+            let refresh = Duration::from_secs(cli.serve.auth_key_refresh_secs.max(1));
+            let server =
+                Arc::new(ResourceServer::discover(issuer, resource, leeway, refresh).await?);
             let routes = server.routes();
             (server, Some(routes))
         }

@@ -44,7 +44,11 @@ struct AuthorizationServer {
 
 impl AuthorizationServer {
     fn start(keys: &Path) -> Self {
-        let port = free_port();
+        Self::start_on(free_port(), keys)
+    }
+
+    /// On `port`, so that a restart keeps the issuer.
+    fn start_on(port: u16, keys: &Path) -> Self {
         let mut child = Command::new("node")
             .arg(oauth_dir().join("authorization_server.mjs"))
             .arg(port.to_string())
@@ -128,12 +132,18 @@ fn keys_file() -> PathBuf {
 
 /// `moviedb-mcp` as a resource server of `issuer`, its resource URL its own address.
 async fn resource_server(issuer: &str) -> MovieServer {
+    resource_server_with(issuer, &[]).await
+}
+
+async fn resource_server_with(issuer: &str, more: &[&str]) -> MovieServer {
+    let mut args: Vec<String> = ["--auth-issuer", issuer, "--auth-leeway-secs", "1"]
+        .map(str::to_owned)
+        .to_vec();
+    args.extend(more.iter().map(|arg| (*arg).to_owned()));
     MovieServer::start_with(
         Backend::Sqlite,
         Launch {
-            args: ["--auth-issuer", issuer, "--auth-leeway-secs", "1"]
-                .map(str::to_owned)
-                .to_vec(),
+            args,
             resource_url: true,
             ..Launch::default()
         },
@@ -400,4 +410,70 @@ async fn without_an_issuer_the_log_says_sign_in_is_for_development() {
         401,
         "anonymous callers are let in"
     );
+}
+
+#[tokio::test]
+async fn rotated_keys_are_fetched_again_but_made_up_key_ids_fetch_at_most_once_an_interval() {
+    const FETCHED: &str = "fetched the authorization server's keys again";
+    let (first_keys, rotated_keys) = (keys_file(), keys_file());
+    let port = free_port();
+    let authority = AuthorizationServer::start_on(port, &first_keys);
+    let server = resource_server_with(&authority.issuer, &["--auth-key-refresh-secs", "2"]).await;
+    let resource = server.url().to_owned();
+    let both = format!("{READ} {WRITE}");
+    let before = authority.token("tests-es256", &resource, &both).await;
+    let fine = server
+        .with_token(&before)
+        .request("tools/list")
+        .send()
+        .await;
+    assert_eq!(fine.status.as_u16(), 200, "{}", fine.body_text());
+
+    // The authorization server restarts with new keys, under the same issuer.
+    drop(authority);
+    let authority = AuthorizationServer::start_on(port, &rotated_keys);
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    let after = authority.token("tests-es256", &resource, &both).await;
+    let accepted = server.with_token(&after).request("tools/list").send().await;
+    assert_eq!(
+        accepted.status.as_u16(),
+        200,
+        "the new key is fetched: {}",
+        accepted.body_text()
+    );
+    assert_eq!(server.log().matches(FETCHED).count(), 1, "{}", server.log());
+
+    // Tokens of keys nobody publishes, in a flood: refused, with no fetch within the interval.
+    let stranger = AuthorizationServer::start(&keys_file());
+    let made_up = stranger.token("tests-es256", &resource, &both).await;
+    for _ in 0..20 {
+        let refused = server
+            .with_token(&made_up)
+            .request("tools/list")
+            .send()
+            .await;
+        assert_eq!(refused.status.as_u16(), 401);
+    }
+    assert_eq!(
+        server.log().matches(FETCHED).count(),
+        1,
+        "no fetch for a flood within the interval: {}",
+        server.log()
+    );
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    let refused = server
+        .with_token(&made_up)
+        .request("tools/list")
+        .send()
+        .await;
+    assert_eq!(refused.status.as_u16(), 401);
+    assert_eq!(
+        server.log().matches(FETCHED).count(),
+        2,
+        "one fetch once the interval is over: {}",
+        server.log()
+    );
+    for keys in [first_keys, rotated_keys] {
+        let _ = std::fs::remove_file(keys);
+    }
 }

@@ -8,8 +8,9 @@
 //!   through its RFC 8414 or OpenID Connect metadata): the signature (RS256, ES256 or EdDSA; never
 //!   `none` or a shared-secret algorithm), the issuer, the audience (this server's resource URL,
 //!   RFC 8707), and `exp`/`nbf` within a small leeway. The principal is the token's `sub`.
-//! - A token signed with a key it does not know makes it fetch the keys again, at most once per
-//!   [`MIN_KEY_REFRESH`], so a flood of made-up key ids cannot hammer the authorization server.
+//! - A token signed with a key it does not know makes it fetch the keys again (the authorization
+//!   server rotated them), at most once per refresh interval, so a flood of made-up key ids
+//!   cannot hammer the authorization server.
 //! - A request without a token, or with one that fails, gets 401 with a `WWW-Authenticate`
 //!   challenge pointing at the metadata; a token without a tool's scope gets 403 naming it.
 
@@ -28,8 +29,6 @@ use serde_json::{Value, json};
 
 use super::{AuthError, Authenticator, Caller, Principal, READ_SCOPE, WRITE_SCOPE, bearer_token};
 
-/// The least time between two fetches of the authorization server's keys.
-pub const MIN_KEY_REFRESH: Duration = Duration::from_secs(30);
 /// The longest a fetch from the authorization server may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The scopes this server knows, as its metadata lists them.
@@ -48,6 +47,8 @@ pub struct ResourceServer {
     jwks_uri: String,
     http: reqwest::Client,
     leeway: Duration,
+    /// The least time between two fetches of the keys.
+    min_refresh: Duration,
     keys: RwLock<Keys>,
     /// When the keys were last fetched; held while fetching, so fetches never overlap.
     last_refresh: tokio::sync::Mutex<Instant>,
@@ -62,9 +63,15 @@ struct Claims {
 
 impl ResourceServer {
     /// Finds `issuer`'s metadata and keys, for tokens meant for `resource` (this server's
-    /// canonical URL, the audience its tokens must name). Fails when the authorization server
-    /// cannot be reached or its metadata does not hold.
-    pub async fn discover(issuer: &str, resource: &str, leeway: Duration) -> anyhow::Result<Self> {
+    /// canonical URL, the audience its tokens must name), accepting `leeway` of clock difference
+    /// and fetching the keys again at most every `min_refresh`. Fails when the authorization
+    /// server cannot be reached or its metadata does not hold.
+    pub async fn discover(
+        issuer: &str,
+        resource: &str,
+        leeway: Duration,
+        min_refresh: Duration,
+    ) -> anyhow::Result<Self> {
         let issuer = issuer.trim_end_matches('/').to_owned();
         let resource = resource.trim_end_matches('/').to_owned();
         let resource_url = reqwest::Url::parse(&resource)
@@ -100,6 +107,7 @@ impl ResourceServer {
             jwks_uri,
             http,
             leeway,
+            min_refresh,
             keys: RwLock::new(keys),
             last_refresh: tokio::sync::Mutex::new(Instant::now()),
         })
@@ -163,7 +171,7 @@ impl ResourceServer {
         let mut last = self.last_refresh.lock().await;
         // Another request may have fetched them while this one waited.
         let known = self.lookup(kid, alg);
-        if !known.is_empty() || last.elapsed() < MIN_KEY_REFRESH {
+        if !known.is_empty() || last.elapsed() < self.min_refresh {
             return known;
         }
         *last = Instant::now();
