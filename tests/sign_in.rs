@@ -1,6 +1,6 @@
 //! Sign-in as the MCP authorization spec makes it, against a real authorization server: the npm
-//! package `oidc-provider` (run by Node from `tests/oauth/`, installed there by `.ci/run` or
-//! `npm install --prefix tests/oauth`) issues client-credentials access tokens as JWTs for the
+//! package `oidc-provider` (run by Node from `examples/oauth/`, installed there by `.ci/run` or
+//! `npm install --prefix examples/oauth`) issues client-credentials access tokens as JWTs for the
 //! `moviedb-mcp` under test, which runs as an OAuth 2.1 resource server. The official TypeScript
 //! SDK client signs in on its own, from the 401 to a finished MRTR conversation; then every kind of
 //! bad token is refused with the right status and challenge.
@@ -24,13 +24,13 @@ const PATIENCE: Duration = Duration::from_secs(60);
 const WRITE: &str = "watchlist:write";
 
 fn oauth_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oauth");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/oauth");
     assert!(
         dir.join("node_modules/oidc-provider").is_dir()
             && dir
                 .join("node_modules/@modelcontextprotocol/client")
                 .is_dir(),
-        "the sign-in tests need their Node packages: npm install --prefix tests/oauth (.ci/run does)"
+        "the sign-in tests need their Node packages: npm install --prefix examples/oauth (.ci/run does)"
     );
     dir
 }

@@ -12,6 +12,10 @@ use metrics::{
 };
 
 use crate::protocol::Method;
+use crate::protocol::error::{
+    HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
+};
 
 /// Gives every metric of the library its help text and unit, for the exposition (call once,
 /// after installing a recorder).
@@ -84,14 +88,14 @@ pub(crate) fn request(method: Method, outcome: &'static str, took: Duration) {
 /// A JSON-RPC error code as an `outcome` label: the codes a server sends, or `other`.
 pub(crate) fn error_outcome(code: i64) -> &'static str {
     match code {
-        -32700 => "-32700",
-        -32600 => "-32600",
-        -32601 => "-32601",
-        -32602 => "-32602",
-        -32603 => "-32603",
-        -32020 => "-32020",
-        -32021 => "-32021",
-        -32022 => "-32022",
+        PARSE_ERROR => "-32700",
+        INVALID_REQUEST => "-32600",
+        METHOD_NOT_FOUND => "-32601",
+        INVALID_PARAMS => "-32602",
+        INTERNAL_ERROR => "-32603",
+        HEADER_MISMATCH => "-32020",
+        MISSING_REQUIRED_CLIENT_CAPABILITY => "-32021",
+        UNSUPPORTED_PROTOCOL_VERSION => "-32022",
         _ => "other",
     }
 }

@@ -180,8 +180,8 @@ impl Server {
             }
     }
 
-    /// The capabilities declared in `server/discover`; legacy sessions get them without the
-    /// extensions, which only the 2026-07-28 wire offers.
+    /// The capabilities declared in `server/discover` (with the Tasks extension when the server
+    /// keeps tasks).
     pub fn capabilities(&self) -> Value {
         let mut caps = Map::new();
         if self.registry.has_tools() {
