@@ -180,7 +180,7 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
         )?
         .install_recorder()
         .context("installing the Prometheus metrics recorder")?;
-    mcp_mrtr::describe_metrics();
+    mcp_mrtr::enable_metrics();
     let upkeep = handle.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(5));

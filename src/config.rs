@@ -48,6 +48,11 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_REDIS_TIMEOUT_MS", default_value_t = 1000)]
     pub redis_timeout_ms: u64,
 
+    /// With Redis: how often this replica counts what the store holds (pending continuations,
+    /// open legacy sessions) and what lapsed unread, for the metrics, in seconds.
+    #[arg(long, env = "MOVIEDB_REDIS_COUNT_SECS", default_value_t = 15)]
+    pub redis_count_secs: u64,
+
     /// Legacy (2025-11-25) sessions: how long a tool waits for the client's answer to an
     /// elicitation or sampling request, in seconds.
     #[arg(long, env = "MOVIEDB_LEGACY_REQUEST_TIMEOUT", default_value_t = 20)]
@@ -165,6 +170,7 @@ impl ServeArgs {
             memory_capacity: self.continuation_capacity,
             share_per_owner: self.share_per_caller,
             redis: self.redis(),
+            redis_count_every: Duration::from_secs(self.redis_count_secs.max(1)),
             allowed_origins: self.allowed_origins.clone(),
             loopback: self.bind.ip().is_loopback(),
             max_body_bytes: self.max_body_bytes,

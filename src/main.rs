@@ -18,6 +18,12 @@ use moviedb_mcp::server::{Events, ServerInfo};
 use moviedb_mcp::service;
 use rand::RngCore;
 
+/// mimalloc rather than the system allocator: a request allocates and frees many small buffers
+/// (headers, JSON, continuations), which glibc's allocator serves markedly slower under load
+/// (see the README's Performance section).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A Model Context Protocol server for a movie database (MCP 2026-07-28, with Multi Round-Trip
 /// Requests). With no subcommand it serves at http://127.0.0.1:3000/mcp.
 #[derive(Debug, Parser)]

@@ -224,6 +224,96 @@ async fn prometheus_reads_the_conversations_rounds_and_refusals_of_a_running_ser
     prometheus
         .expect("mcp_continuations_pending{store=\"memory\"}", 1.0)
         .await;
+
+    // A 2025-11-25 session is open, and stays counted once when its requests renew it.
+    #[cfg(feature = "legacy")]
+    {
+        let legacy = support::legacy::LegacyClient::new(server.url().to_owned(), None)
+            .initialize(json!({}))
+            .await;
+        let listed = legacy.request("tools/list", json!({})).await;
+        assert_eq!(listed.status, 200);
+        prometheus
+            .expect("mcp_legacy_sessions_open{store=\"memory\"}", 1.0)
+            .await;
+        assert_eq!(
+            prometheus
+                .value("mcp_legacy_sessions_expired_total{store=\"memory\"}")
+                .await,
+            None,
+            "a renewed session did not expire"
+        );
+    }
+}
+
+/// Continuations and legacy sessions in Redis expire without telling anyone: the replica counts
+/// them by sweeping the store's live indexes, and Prometheus reads what is pending, what was
+/// abandoned and which sessions are open.
+#[tokio::test]
+async fn prometheus_reads_what_the_redis_store_holds_and_what_lapsed_in_it() {
+    use support::cluster::{Replicas, SharedSettings};
+    let mut settings = SharedSettings::new(support::net::shared_redis_url());
+    settings.extra_env = vec![
+        ("MOVIEDB_REDIS_COUNT_SECS".into(), "1".into()),
+        ("MOVIEDB_STATE_TTL".into(), "8".into()),
+        ("MOVIEDB_LEGACY_SESSION_IDLE".into(), "8".into()),
+    ];
+    let replicas = Replicas::start_with(1, settings).await;
+    let target = replicas.addresses()[0].to_string();
+    let prometheus = Prometheus::scraping(&target, "/metrics").await;
+    // Scraping already, so that what lives only a few seconds is seen.
+    prometheus.expect("up", 1.0).await;
+    let alice = replicas.session(1, "alice");
+
+    // Two questions left unanswered, one answered.
+    for movie_id in [6, 7] {
+        let asked = alice
+            .call_with("addToWatchlist", add(movie_id), eliciting())
+            .await;
+        assert_eq!(
+            asked.result_type(),
+            "input_required",
+            "{}",
+            asked.body_text()
+        );
+    }
+    converse(&alice, 8).await;
+    prometheus
+        .expect("mcp_continuations_pending{store=\"redis\"}", 2.0)
+        .await;
+    // Past the time-to-live, the two are abandoned: counted once, and no longer pending.
+    prometheus
+        .expect(
+            "mcp_mrtr_conversations_abandoned_total{store=\"redis\"}",
+            2.0,
+        )
+        .await;
+    prometheus
+        .expect("mcp_continuations_pending{store=\"redis\"}", 0.0)
+        .await;
+
+    #[cfg(feature = "legacy")]
+    {
+        use support::legacy::LegacyClient;
+        let url = format!("http://{target}/mcp");
+        let open = LegacyClient::new(url.clone(), None)
+            .initialize(json!({}))
+            .await;
+        let closed = LegacyClient::new(url, None).initialize(json!({})).await;
+        let deleted = closed.delete_session().await;
+        assert!(deleted < 300, "DELETE answered {deleted}");
+        prometheus
+            .expect("mcp_legacy_sessions_open{store=\"redis\"}", 1.0)
+            .await;
+        // Left unused past its idle lifetime, the open one expires.
+        drop(open);
+        prometheus
+            .expect("mcp_legacy_sessions_expired_total{store=\"redis\"}", 1.0)
+            .await;
+        prometheus
+            .expect("mcp_legacy_sessions_open{store=\"redis\"}", 0.0)
+            .await;
+    }
 }
 
 #[tokio::test]
@@ -263,6 +353,8 @@ struct Received {
     trace_id: String,
     span_id: String,
     parent_span_id: String,
+    /// The W3C trace state the span carries.
+    trace_state: String,
     /// The exporting process's `service.instance.id`.
     instance: String,
     service: String,
@@ -336,6 +428,7 @@ impl OtlpReceiver {
                                     trace_id: hex(&span.trace_id),
                                     span_id: hex(&span.span_id),
                                     parent_span_id: hex(&span.parent_span_id),
+                                    trace_state: span.trace_state.clone(),
                                     instance: instance.clone(),
                                     service: service.clone(),
                                     attributes: span
@@ -412,6 +505,8 @@ async fn both_rounds_of_a_conversation_on_two_replicas_are_one_trace_under_the_c
         .params(json!({"name": "addToWatchlist", "arguments": add(6)}))
         .capabilities(eliciting())
         .meta("traceparent", json!(traceparent))
+        .meta("tracestate", json!("moviedb-test=round-1"))
+        .meta("baggage", json!("tenant=acme,plan=trial"))
         .send()
         .await;
     assert_eq!(
@@ -466,6 +561,16 @@ async fn both_rounds_of_a_conversation_on_two_replicas_are_one_trace_under_the_c
         second.parent_span_id, first.span_id,
         "round 2 follows round 1"
     );
+    // The client's trace state and baggage travel with the conversation to the other replica.
+    for round in [&first, &second] {
+        assert_eq!(round.trace_state, "moviedb-test=round-1", "{round:#?}");
+        assert_eq!(
+            round.attribute("baggage.tenant"),
+            Some("acme"),
+            "{round:#?}"
+        );
+        assert_eq!(round.attribute("baggage.plan"), Some("trial"), "{round:#?}");
+    }
     let request = spans
         .iter()
         .find(|s| s.name == "tools/call" && s.span_id == first.parent_span_id)

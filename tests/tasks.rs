@@ -601,8 +601,22 @@ async fn a_legacy_session_gets_no_tasks_whatever_it_declares() {
     use support::legacy::LegacyClient;
     let provider = FakeProvider::start(Answer::Text(ANSWER.into())).await;
     let server = movie_server(&provider, &[]).await;
+    let declaring = json!({"extensions": {TASKS_EXTENSION: {}}});
+    // The handshake offers no extension to a 2025-11-25 session.
+    let hello = LegacyClient::new(server.url().to_owned(), None)
+        .send_raw(
+            "initialize",
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": declaring,
+                "clientInfo": {"name": "t", "version": "1"}}}),
+            false,
+        )
+        .await;
+    let offered = &hello.result()["capabilities"];
+    assert!(offered.get("tools").is_some(), "{offered}");
+    assert!(offered.get("extensions").is_none(), "{offered}");
     let session = LegacyClient::new(server.url().to_owned(), None)
-        .initialize(json!({"extensions": {TASKS_EXTENSION: {}}}))
+        .initialize(declaring)
         .await;
 
     let reply = session

@@ -127,6 +127,8 @@ pub struct PendingSize {
     pub memory_usage: f64,
     pub key_length: usize,
     pub payload_length: f64,
+    /// Bytes of the store's index of live continuations (kept for the metrics), per continuation.
+    pub live_index: f64,
 }
 
 /// Parks `count` first rounds on the Redis-backed `target`, reads the size of the keys under
@@ -151,18 +153,21 @@ pub async fn pending_size(
     );
     let (mut memory, mut payload) = (0_u64, 0_u64);
     for key in &keys {
-        memory += redis::cmd("MEMORY")
-            .arg("USAGE")
-            .arg(key)
-            .arg("SAMPLES")
-            .arg(0)
-            .query_async::<Option<u64>>(&mut redis)
-            .await?
-            .unwrap_or_default();
+        memory += memory_usage(&mut redis, key).await?;
         payload += redis::cmd("STRLEN")
             .arg(key)
             .query_async::<u64>(&mut redis)
             .await?;
+    }
+    let mut live_index = 0_u64;
+    for key in scan(
+        &mut redis,
+        &format!("{prefix}live:continuations:"),
+        Some("zset"),
+    )
+    .await?
+    {
+        live_index += memory_usage(&mut redis, &key).await?;
     }
     for batch in scan(&mut redis, prefix, None).await?.chunks(500) {
         redis::cmd("DEL")
@@ -176,5 +181,21 @@ pub async fn pending_size(
         memory_usage: memory as f64 / parked,
         key_length: keys[0].len(),
         payload_length: payload as f64 / parked,
+        live_index: live_index as f64 / parked,
     })
+}
+
+/// The bytes Redis holds for `key`, all of its elements counted.
+async fn memory_usage(
+    redis: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) -> anyhow::Result<u64> {
+    let usage = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(key)
+        .arg("SAMPLES")
+        .arg(0)
+        .query_async::<Option<u64>>(redis)
+        .await?;
+    Ok(usage.unwrap_or_default())
 }

@@ -1,7 +1,8 @@
 //! The MRTR benchmark. One round trip is `tools/call` → `input_required` → the retry with
 //! `inputResponses` and `requestState` → `complete`. In one run it starts, each in its own process,
 //! (a) the floor: a bare axum server answering those two requests with fixed bytes, (b) the
-//! conformance example on the in-memory store, (c) the same on the Redis store (`REDIS_URL`, or
+//! conformance example on the in-memory store (and beside it, given `--earlier-conformance`, an
+//! earlier build of it: row memory-base), (c) the same on the Redis store (`REDIS_URL`, or
 //! Redis on the default port if it answers), (d) `moviedb-mcp` on its embedded SQLite database
 //! for `addToWatchlist` end to end (two rounds and the SQL write, a new signed-in user each time),
 //! (e) the same on PostgreSQL (`DATABASE_URL`, skipped when unset), and (f) `moviedb-mcp` for
@@ -16,6 +17,7 @@
 //! ```sh
 //! cargo build --release --bins --examples && target/release/examples/bench_mrtr
 //! target/release/examples/bench_mrtr --memory --round-trips 1000000   # resident set over time
+//! target/release/examples/bench_mrtr --scenario mrtr --earlier-conformance /tmp/conformance_server-old
 //! ```
 //!
 //! Absolute figures depend on the machine; only the ratios to the floor carry across machines.
@@ -75,6 +77,10 @@ struct Cli {
     /// bench-<run>-<n>: point it at a scratch database); the row is skipped when unset.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// An earlier build of the conformance example, measured on the memory store beside this
+    /// build's (row memory-base), to see what a change costs in the same run.
+    #[arg(long, value_name = "PATH")]
+    earlier_conformance: Option<PathBuf>,
     /// Serve the floor on this address (used by the benchmark itself).
     #[arg(long, hide = true)]
     serve_floor: Option<SocketAddr>,
@@ -191,6 +197,10 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
     if cli.scenario.runs(Scenario::Mrtr) {
         let memory = Server::start(bins, &Kind::Memory, state_keys).await?;
         targets.push(Target::connect("memory", memory, Workload::Elicitation, c).await?);
+        if let Some(path) = &cli.earlier_conformance {
+            let earlier = Server::start(bins, &Kind::EarlierMemory(path), state_keys).await?;
+            targets.push(Target::connect("memory-base", earlier, Workload::Elicitation, c).await?);
+        }
         if let Some(url) = &redis_url {
             let kind = Kind::Redis {
                 url,
@@ -293,8 +303,9 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
         target.server.stop().await;
         println!(
             "\nRedis per pending addToWatchlist continuation ({} parked first rounds): MEMORY USAGE \
-             {:.1} bytes per key (key {} bytes, payload {:.1} bytes)",
-            size.keys, size.memory_usage, size.key_length, size.payload_length
+             {:.1} bytes per key (key {} bytes, payload {:.1} bytes), and {:.1} bytes in the index of \
+             live continuations",
+            size.keys, size.memory_usage, size.key_length, size.payload_length, size.live_index
         );
     }
     Ok(())

@@ -99,6 +99,19 @@ pub fn goals(rows: &[(&str, Figures)]) {
                     plain.unwrap_or_default()
                 );
             }
+            "memory-base" => {
+                let now = rows
+                    .iter()
+                    .find(|(row, _)| *row == "memory")
+                    .map(|(_, now)| ratio(now.per_second, figures.per_second));
+                if let Some(now) = now {
+                    println!(
+                        "memory-base:  this build's memory row runs at {now:.3}x the earlier build's \
+                         round trips/s (goal >= 0.95x: {})",
+                        holds(now >= 0.95)
+                    );
+                }
+            }
             "watchlist-pg" => println!(
                 "watchlist-pg: round trips/s {throughput:.2}x floor (goal >= 0.1x: {})",
                 holds(throughput >= 0.1)

@@ -84,6 +84,9 @@ pub enum Kind<'a> {
     Floor,
     /// The conformance example on the in-memory continuation store.
     Memory,
+    /// An earlier build of the conformance example (the binary at this path), on the in-memory
+    /// store.
+    EarlierMemory(&'a Path),
     /// The conformance example on the Redis store, its keys under `prefix`.
     Redis { url: &'a str, prefix: &'a str },
     /// `moviedb-mcp` on an embedded SQLite database in `data_dir` (or on `database_url`),
@@ -140,6 +143,11 @@ impl Server {
                     command.arg("--bind").arg(addr.to_string());
                     command
                 }
+                Kind::EarlierMemory(path) => {
+                    let mut command = Command::new(path);
+                    command.arg("--bind").arg(addr.to_string());
+                    command
+                }
                 Kind::Moviedb { .. } => {
                     let mut command = Command::new(built(&bins.moviedb, "moviedb_mcp")?);
                     command.arg("--bind").arg(addr.to_string());
@@ -191,7 +199,11 @@ impl Server {
                     }
                     redis.as_ref().map(|(url, prefix)| (url, prefix))
                 }
-                Kind::Floor | Kind::Memory | Kind::Provider | Kind::OtlpSink => None,
+                Kind::Floor
+                | Kind::Memory
+                | Kind::EarlierMemory(_)
+                | Kind::Provider
+                | Kind::OtlpSink => None,
             };
             if let Some((url, prefix)) = redis {
                 command.arg("--redis-url").arg(url);

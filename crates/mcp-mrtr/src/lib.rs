@@ -110,4 +110,4 @@ pub mod tasks;
 mod trace_context;
 pub mod transport;
 
-pub use observe::describe as describe_metrics;
+pub use observe::enable as enable_metrics;

@@ -1,10 +1,11 @@
 //! What the library counts, through the `metrics` facade: every name and label is here, so the
-//! list an operator reads in the README is this file. Recording costs next to nothing until the
-//! application installs a recorder (a Prometheus exporter, say).
+//! list an operator reads in the README is this file. Nothing is recorded, at no cost, until the
+//! application installs a recorder (a Prometheus exporter, say) and calls [`enable`].
 //!
 //! Labels take values from closed sets only (method names, outcomes, reasons), never from what a
 //! client sent, so no client can make a series per request.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use metrics::{
@@ -17,9 +18,18 @@ use crate::protocol::error::{
     MISSING_REQUIRED_CLIENT_CAPABILITY, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
 };
 
-/// Gives every metric of the library its help text and unit, for the exposition (call once,
-/// after installing a recorder).
-pub fn describe() {
+/// Whether [`enable`] was called: until then every record below returns at once (building a
+/// metric's key costs an allocation, even for the no-op recorder).
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Starts recording the library's metrics, and gives each its help text and unit for the
+/// exposition. Call it once, after installing a recorder.
+pub fn enable() {
+    ENABLED.store(true, Ordering::Relaxed);
     describe_counter!(
         "mcp_requests_total",
         "Requests handled, by method and outcome (complete, input_required, task, or the JSON-RPC error code)"
@@ -39,7 +49,7 @@ pub fn describe() {
     );
     describe_counter!(
         "mcp_mrtr_conversations_abandoned_total",
-        "Continuations that expired or were evicted before their retry came (memory store)"
+        "Continuations that expired or were evicted before their retry came, by store"
     );
     describe_histogram!(
         "mcp_mrtr_rounds_per_conversation",
@@ -56,7 +66,7 @@ pub fn describe() {
     );
     describe_gauge!(
         "mcp_continuations_pending",
-        "Continuations parked now (memory store)"
+        "Continuations parked now, by store (Redis: the whole store's count, the same on every replica)"
     );
     describe_histogram!(
         "mcp_store_operation_seconds",
@@ -71,6 +81,14 @@ pub fn describe() {
         "mcp_legacy_sessions_closed_total",
         "2025-11-25 sessions closed by their client"
     );
+    describe_gauge!(
+        "mcp_legacy_sessions_open",
+        "2025-11-25 sessions open now, by store (Redis: the whole store's count, the same on every replica)"
+    );
+    describe_counter!(
+        "mcp_legacy_sessions_expired_total",
+        "2025-11-25 sessions that expired unused or were evicted, by store"
+    );
     describe_counter!(
         "mcp_tasks_total",
         "Tasks created, and task status changes (input_required, completed, failed, cancelled)"
@@ -80,6 +98,9 @@ pub fn describe() {
 /// `mcp_requests_total{method, outcome}`: requests handled, by method and by how they ended
 /// (`complete`, `input_required`, `task`, or the JSON-RPC error code).
 pub(crate) fn request(method: Method, outcome: &'static str, took: Duration) {
+    if !enabled() {
+        return;
+    }
     counter!("mcp_requests_total", "method" => method.as_str(), "outcome" => outcome).increment(1);
     histogram!("mcp_request_duration_seconds", "method" => method.as_str())
         .record(took.as_secs_f64());
@@ -102,28 +123,28 @@ pub(crate) fn error_outcome(code: i64) -> &'static str {
 
 /// `mcp_mrtr_conversations_started_total`: a first round ended with `input_required`.
 pub(crate) fn conversation_started() {
+    if !enabled() {
+        return;
+    }
     counter!("mcp_mrtr_conversations_started_total").increment(1);
 }
 
 /// `mcp_mrtr_conversations_completed_total` and `mcp_mrtr_rounds_per_conversation`: a retry
 /// finished the call after `rounds` rounds in all.
 pub(crate) fn conversation_completed(rounds: u32) {
+    if !enabled() {
+        return;
+    }
     counter!("mcp_mrtr_conversations_completed_total").increment(1);
     histogram!("mcp_mrtr_rounds_per_conversation").record(f64::from(rounds));
-}
-
-/// `mcp_mrtr_conversations_abandoned_total{store}`: continuations that expired or were evicted
-/// before their retry came (counted by the stores that can see it: the memory store).
-pub(crate) fn conversations_abandoned(store: &'static str, count: usize) {
-    if count > 0 {
-        counter!("mcp_mrtr_conversations_abandoned_total", "store" => store)
-            .increment(count as u64);
-    }
 }
 
 /// `mcp_mrtr_answer_wait_seconds`: from the `input_required` answer to the retry that brought
 /// the answers.
 pub(crate) fn answer_wait(waited: Duration) {
+    if !enabled() {
+        return;
+    }
     histogram!("mcp_mrtr_answer_wait_seconds").record(waited.as_secs_f64());
 }
 
@@ -144,6 +165,9 @@ pub(crate) enum Refusal {
 
 /// `mcp_mrtr_state_refusals_total{reason}`.
 pub(crate) fn state_refused(reason: Refusal) {
+    if !enabled() {
+        return;
+    }
     let reason = match reason {
         Refusal::Tampered => "tampered",
         Refusal::Expired => "expired",
@@ -154,21 +178,60 @@ pub(crate) fn state_refused(reason: Refusal) {
     counter!("mcp_mrtr_state_refusals_total", "reason" => reason).increment(1);
 }
 
-/// `mcp_continuations_pending{store}`: continuations parked now (the memory store's count).
-pub(crate) fn continuations_pending(store: &'static str, count: usize) {
-    gauge!("mcp_continuations_pending", "store" => store).set(count as f64);
+/// What a store holds that it counts for the metrics: what is there now, and what left unread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// Parked continuations: `mcp_continuations_pending{store}` now, and
+    /// `mcp_mrtr_conversations_abandoned_total{store}` for those that expired or were evicted
+    /// before their retry came.
+    Continuations,
+    /// Legacy sessions: `mcp_legacy_sessions_open{store}` now, and
+    /// `mcp_legacy_sessions_expired_total{store}` for those that expired or were evicted.
+    Sessions,
+}
+
+impl Held {
+    /// How many `store` holds now.
+    pub(crate) fn now(self, store: &'static str, count: u64) {
+        if !enabled() {
+            return;
+        }
+        let name = match self {
+            Self::Continuations => "mcp_continuations_pending",
+            Self::Sessions => "mcp_legacy_sessions_open",
+        };
+        gauge!(name, "store" => store).set(count as f64);
+    }
+
+    /// `count` entries left `store` unread: expired or evicted.
+    pub(crate) fn lapsed(self, store: &'static str, count: u64) {
+        if count == 0 || !enabled() {
+            return;
+        }
+        let name = match self {
+            Self::Continuations => "mcp_mrtr_conversations_abandoned_total",
+            Self::Sessions => "mcp_legacy_sessions_expired_total",
+        };
+        counter!(name, "store" => store).increment(count);
+    }
 }
 
 /// `mcp_store_operation_seconds{store, op}`: one continuation-store call (`put`, `take`).
 pub(crate) fn store_operation(store: &'static str, op: &'static str, took: Duration) {
+    if !enabled() {
+        return;
+    }
     histogram!("mcp_store_operation_seconds", "store" => store, "op" => op)
         .record(took.as_secs_f64());
 }
 
 /// `mcp_legacy_sessions_opened_total` and `mcp_legacy_sessions_closed_total` (closed by the
-/// client with DELETE; the others expire unseen). Open ones: opened − closed − expired.
+/// client with DELETE; the stores count the open ones and those that expire, see [`Held`]).
 #[cfg(feature = "legacy")]
 pub(crate) fn legacy_session(opened: bool) {
+    if !enabled() {
+        return;
+    }
     if opened {
         counter!("mcp_legacy_sessions_opened_total").increment(1);
     } else {
@@ -178,5 +241,8 @@ pub(crate) fn legacy_session(opened: bool) {
 
 /// `mcp_tasks_total{status}`: tasks created (`created`) and tasks that reached a final status.
 pub(crate) fn task(status: &'static str) {
+    if !enabled() {
+        return;
+    }
     counter!("mcp_tasks_total", "status" => status).increment(1);
 }

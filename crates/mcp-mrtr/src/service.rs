@@ -13,8 +13,8 @@ use crate::mrtr::{Engine, StateSealer};
 use crate::registry::Registry;
 use crate::server::{Events, Server, ServerInfo, TaskConfig};
 use crate::store::{
-    ContinuationStore, MemoryStore, MemoryTaskStore, RedisEventRelay, RedisStore, RedisStoreConfig,
-    SessionStore, TaskStore,
+    ContinuationStore, DEFAULT_SWEEP_EVERY, MemoryStore, MemoryTaskStore, RedisEventRelay,
+    RedisStore, RedisStoreConfig, SessionStore, TaskStore,
 };
 use crate::tasks::TaskSettings;
 use crate::transport::{self, ConnectionLimits, Drain, OriginPolicy, Readiness, TransportOptions};
@@ -38,6 +38,9 @@ pub struct Settings {
     pub share_per_owner: u64,
     /// The shared store of replicas; in memory when `None`.
     pub redis: Option<RedisStoreConfig>,
+    /// With Redis: how often this replica counts the continuations and sessions the store holds,
+    /// and those that lapsed, for the metrics.
+    pub redis_count_every: Duration,
     /// Origins allowed besides localhost (`*` allows any).
     pub allowed_origins: Vec<String>,
     /// Whether the server listens on a loopback address (localhost origins are then allowed).
@@ -82,6 +85,7 @@ impl Default for Settings {
             memory_capacity: 100_000,
             share_per_owner: 1_000,
             redis: None,
+            redis_count_every: DEFAULT_SWEEP_EVERY,
             allowed_origins: Vec::new(),
             loopback: true,
             max_body_bytes: 1024 * 1024,
@@ -136,7 +140,8 @@ async fn stores(settings: &Settings) -> anyhow::Result<Stores> {
     let store = Arc::new(
         RedisStore::connect(config.clone(), settings.share_per_owner)
             .await
-            .context("connecting to the Redis continuation store")?,
+            .context("connecting to the Redis continuation store")?
+            .sweeping_every(settings.redis_count_every),
     );
     tracing::info!(prefix = %config.prefix, "continuations kept in Redis");
     let pinged = store.clone();

@@ -1,7 +1,9 @@
-//! W3C trace context across requests and rounds. A request's `_meta.traceparent` (or, failing
-//! that, its `traceparent` header) becomes the parent of its span, so a client's trace continues
-//! into the server; and each MRTR round leaves its trace context with the continuation it parks,
-//! so the next round, on whichever replica, continues the same trace.
+//! W3C trace context across requests and rounds. A request's `_meta.traceparent` and
+//! `_meta.tracestate` (or, failing those, its HTTP headers) make the parent of its span, so a
+//! client's trace continues into the server with the vendors' trace state; `_meta.baggage`
+//! entries become `baggage.<key>` attributes of the span. Each MRTR round leaves its trace
+//! context and baggage with the continuation it parks, so the next round, on whichever replica,
+//! continues the same trace with the same baggage.
 //!
 //! The spans are plain `tracing` spans; they reach an OpenTelemetry exporter only when the
 //! application installs a `tracing-opentelemetry` layer. Without one, nothing here costs more
@@ -9,31 +11,64 @@
 
 use std::collections::HashMap;
 
+use opentelemetry::Context;
+use opentelemetry::baggage::BaggageExt;
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::TraceContextExt;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-const TRACEPARENT: &str = "traceparent";
+use crate::protocol::TraceCarrier;
 
-/// Makes `span` a child of the trace context `traceparent` names, if it is a valid one. Call it
-/// before the span is first entered.
-pub(crate) fn adopt(span: &tracing::Span, traceparent: &str) {
-    let carrier = HashMap::from([(TRACEPARENT.to_owned(), traceparent.to_owned())]);
-    let parent = TraceContextPropagator::new().extract(&carrier);
-    if parent.span().span_context().is_valid() {
-        // Refused only for a span that is already closed or not recorded: nothing to adopt then.
-        let _ = span.set_parent(parent);
+const TRACEPARENT: &str = "traceparent";
+const TRACESTATE: &str = "tracestate";
+const BAGGAGE: &str = "baggage";
+
+/// Makes `span` a child of the trace context `carrier` names, if it names a valid one, and
+/// records its baggage on the span. Call it before the span is first entered.
+pub(crate) fn adopt(span: &tracing::Span, carrier: &TraceCarrier) {
+    if let Some(traceparent) = &carrier.traceparent {
+        let mut entries = HashMap::from([(TRACEPARENT.to_owned(), traceparent.clone())]);
+        if let Some(tracestate) = &carrier.tracestate {
+            entries.insert(TRACESTATE.to_owned(), tracestate.clone());
+        }
+        let parent = TraceContextPropagator::new().extract(&entries);
+        if parent.span().span_context().is_valid() {
+            // Refused only for a span that is already closed or not recorded: nothing to adopt.
+            let _ = span.set_parent(parent);
+        }
+    }
+    if let Some(baggage) = &carrier.baggage {
+        record_baggage(span, baggage);
     }
 }
 
-/// The `traceparent` of `span`, when it is exported (an OpenTelemetry layer records it).
-pub(crate) fn traceparent_of(span: &tracing::Span) -> Option<String> {
-    let context = span.context();
-    if !context.span().span_context().is_valid() {
-        return None;
+/// Records the W3C `baggage` entries on `span` as `baggage.<key>` attributes.
+pub(crate) fn record_baggage(span: &tracing::Span, baggage: &str) {
+    if span.is_disabled() {
+        return;
     }
-    let mut carrier = HashMap::new();
-    TraceContextPropagator::new().inject_context(&context, &mut carrier);
-    carrier.remove(TRACEPARENT)
+    let entries = HashMap::from([(BAGGAGE.to_owned(), baggage.to_owned())]);
+    // The propagator keeps to W3C's limits (entries, bytes) and drops malformed members.
+    let context = BaggagePropagator::new().extract_with_context(&Context::new(), &entries);
+    for (key, (value, _)) in context.baggage() {
+        span.set_attribute(format!("baggage.{key}"), value.to_string());
+    }
+}
+
+/// The trace context of `span` (when it is exported: an OpenTelemetry layer records it), with
+/// `baggage` passed on as it came.
+pub(crate) fn carrier_of(span: &tracing::Span, baggage: Option<String>) -> TraceCarrier {
+    let context = span.context();
+    let mut carrier = TraceCarrier {
+        baggage,
+        ..TraceCarrier::default()
+    };
+    if context.span().span_context().is_valid() {
+        let mut entries = HashMap::new();
+        TraceContextPropagator::new().inject_context(&context, &mut entries);
+        carrier.traceparent = entries.remove(TRACEPARENT);
+        carrier.tracestate = entries.remove(TRACESTATE);
+    }
+    carrier
 }

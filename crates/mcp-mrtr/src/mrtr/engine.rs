@@ -21,7 +21,7 @@ use super::seal::{StateClaims, StateSealer};
 use crate::auth::Principal;
 use crate::observe::{self, Refusal};
 use crate::protocol::input::{InputRequest, OrderedRequests, parse_input_responses};
-use crate::protocol::{Method, ProtocolError, RequestMeta};
+use crate::protocol::{Method, ProtocolError, RequestMeta, TraceCarrier};
 use crate::store::{ContinuationId, ContinuationStore, Owner};
 use crate::trace_context;
 
@@ -65,7 +65,7 @@ pub enum Outcome<T> {
     /// The handler is waiting for answers; send this as the round's result.
     InputRequired(InputRequired),
     /// The handler asked to continue as a task, which the caller creates from this seed.
-    Task(TaskSeed),
+    Task(Box<TaskSeed>),
 }
 
 /// What a handler that asked to continue as a task has so far: the task starts from here.
@@ -121,7 +121,13 @@ struct Continuation {
     parked_ms: u64,
     /// The W3C `traceparent` of the round that parked it, so the next round continues its trace.
     #[serde(rename = "p", default, skip_serializing_if = "Option::is_none")]
-    trace: Option<String>,
+    traceparent: Option<String>,
+    /// The W3C `tracestate` that goes with it.
+    #[serde(rename = "s", default, skip_serializing_if = "Option::is_none")]
+    tracestate: Option<String>,
+    /// The W3C baggage the conversation came with, for the rounds that do not send it again.
+    #[serde(rename = "b", default, skip_serializing_if = "Option::is_none")]
+    baggage: Option<String>,
 }
 
 impl Engine {
@@ -169,6 +175,7 @@ impl Engine {
             };
         }
         let mut responses = parse_input_responses(call.params)?;
+        let mut baggage = call.meta.trace.baggage.clone();
         // The digest is needed only to open a state or to seal one: not for calls that never ask.
         let mut digest = None;
         let mut round = RoundState::default();
@@ -192,9 +199,13 @@ impl Engine {
                 let parked = self.resume(state, &call.principal.id(), &request).await?;
                 digest = Some(request);
                 earlier_rounds = parked.rounds.max(1);
-                if let Some(traceparent) = &parked.trace {
-                    trace_context::adopt(&round_span, traceparent);
-                }
+                let earlier = TraceCarrier {
+                    traceparent: parked.traceparent,
+                    tracestate: parked.tracestate,
+                    baggage: None,
+                };
+                trace_context::adopt(&round_span, &earlier);
+                baggage = baggage.or(parked.baggage);
                 if parked.parked_ms > 0 {
                     let waited = unix_now_ms().saturating_sub(parked.parked_ms);
                     observe::answer_wait(Duration::from_millis(waited));
@@ -213,6 +224,9 @@ impl Engine {
                     "requestState must be a string",
                 ));
             }
+        }
+        if let Some(baggage) = &baggage {
+            trace_context::record_baggage(&round_span, baggage);
         }
 
         let rounds = Arc::new(Rounds::new(round));
@@ -251,19 +265,19 @@ impl Engine {
                     round: rounds.take(),
                     memo: context.take_memo(),
                     rounds: earlier_rounds + 1,
-                    trace: trace_context::traceparent_of(&round_span),
+                    trace: trace_context::carrier_of(&round_span, baggage),
                 };
                 self.park(parked, context.principal().id(), &call.owner, digest)
                     .await
                     .map(Outcome::InputRequired)
             }
-            Err(HandlerError::TaskRequested(_)) => Ok(Outcome::Task(TaskSeed {
+            Err(HandlerError::TaskRequested(_)) => Ok(Outcome::Task(Box::new(TaskSeed {
                 principal: context.principal().clone(),
                 owner: call.owner,
                 meta: context.meta().clone(),
                 answers: rounds.take().used,
                 memo: context.take_memo(),
-            })),
+            }))),
             Err(error) => Err(protocol_error(call.method, call.name, error)),
         }
     }
@@ -341,7 +355,9 @@ impl Engine {
             asked,
             rounds,
             parked_ms: unix_now_ms(),
-            trace,
+            traceparent: trace.traceparent,
+            tracestate: trace.tracestate,
+            baggage: trace.baggage,
         };
         let payload = serde_json::to_vec(&continuation)
             .map_err(|e| ProtocolError::internal(format!("cannot store continuation: {e}")))?;
@@ -410,8 +426,8 @@ struct Parked {
     memo: Map<String, Value>,
     /// Rounds answered `input_required` so far, this one included.
     rounds: u32,
-    /// The `traceparent` of this round's span, when traces are exported.
-    trace: Option<String>,
+    /// This round's trace context (when traces are exported) and the conversation's baggage.
+    trace: TraceCarrier,
 }
 
 /// SHA-256 over the method, the name and the arguments in canonical JSON (keys sorted), so the

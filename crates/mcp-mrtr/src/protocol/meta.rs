@@ -22,8 +22,33 @@ pub struct RequestMeta {
     pub log_level: Option<LogLevel>,
     /// The `progressToken` to tag progress notifications with; absent means send none.
     pub progress_token: Option<Value>,
-    /// W3C trace context from `_meta.traceparent`, for correlating the request with a trace.
+    /// W3C trace context from `_meta` (`traceparent`, `tracestate`, `baggage`), for continuing
+    /// the client's trace.
+    pub trace: TraceCarrier,
+}
+
+/// W3C trace context as a request carries it: in `_meta`, or in the HTTP headers of the same
+/// names.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TraceCarrier {
+    /// The parent span: `00-<trace id>-<span id>-<flags>`.
     pub traceparent: Option<String>,
+    /// Vendors' trace state, passed on with the trace.
+    pub tracestate: Option<String>,
+    /// W3C baggage: `key=value` pairs the client wants to travel with the trace.
+    pub baggage: Option<String>,
+}
+
+impl TraceCarrier {
+    /// The three entries of `_meta` (or of HTTP headers, through `get`).
+    pub fn read<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Self {
+        let text = |key: &str| get(key).map(str::to_owned);
+        Self {
+            traceparent: text("traceparent"),
+            tracestate: text("tracestate"),
+            baggage: text("baggage"),
+        }
+    }
 }
 
 impl RequestMeta {
@@ -92,10 +117,7 @@ impl RequestMeta {
             capabilities,
             log_level,
             progress_token,
-            traceparent: meta
-                .get("traceparent")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+            trace: TraceCarrier::read(|key| meta.get(key).and_then(Value::as_str)),
         })
     }
 }

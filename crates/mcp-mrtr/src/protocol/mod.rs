@@ -14,5 +14,5 @@ pub mod version;
 
 pub use error::ProtocolError;
 pub use jsonrpc::{Incoming, RequestId};
-pub use meta::{ClientCapabilities, LogLevel, RequestMeta};
+pub use meta::{ClientCapabilities, LogLevel, RequestMeta, TraceCarrier};
 pub use method::Method;

@@ -219,9 +219,7 @@ impl Server {
             rpc.system = "mcp",
             rpc.method = method.as_str(),
         );
-        if let Some(traceparent) = &env.meta.traceparent {
-            trace_context::adopt(&span, traceparent);
-        }
+        trace_context::adopt(&span, &env.meta.trace);
         let reply = self.dispatch(method, params, env).instrument(span).await;
         let outcome = match &reply {
             Ok(Reply::InputRequired(_)) => "input_required",
@@ -365,7 +363,7 @@ impl Server {
             .await?;
         match (outcome, tasks) {
             (Outcome::Task(seed), Some(tasks)) => {
-                Ok(Reply::Task(tasks.create(name, arguments, seed).await?))
+                Ok(Reply::Task(tasks.create(name, arguments, *seed).await?))
             }
             (outcome, _) => finish(outcome),
         }

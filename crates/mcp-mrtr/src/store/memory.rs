@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::{ContinuationId, ContinuationStore, Owner, SessionStore, StoreError};
-use crate::observe;
+use crate::observe::Held;
 
 /// Most shards per table (fewer when the capacity is smaller).
 const SHARDS: usize = 16;
@@ -44,8 +44,8 @@ impl MemoryStore {
             .unwrap_or(usize::MAX)
             .clamp(1, capacity);
         Self {
-            parked: Table::new(capacity, share, true),
-            sessions: Table::new(capacity, share, false),
+            parked: Table::new(capacity, share, Held::Continuations),
+            sessions: Table::new(capacity, share, Held::Sessions),
         }
     }
 }
@@ -116,8 +116,8 @@ struct Table<K> {
     share: usize,
     /// Entries held now, for metrics.
     live: AtomicI64,
-    /// Whether the table reports its entries as continuations in the metrics.
-    observed: bool,
+    /// What the table's entries are, in the metrics.
+    held: Held,
 }
 
 struct Shard<K> {
@@ -143,7 +143,7 @@ struct Holdings<K> {
 
 impl<K: Hash + Eq + Clone> Table<K> {
     /// Shards whose capacities add up to exactly `capacity`.
-    fn new(capacity: usize, share: usize, observed: bool) -> Self {
+    fn new(capacity: usize, share: usize, held: Held) -> Self {
         let count = capacity.min(SHARDS);
         let shards = (0..count)
             .map(|i| {
@@ -160,20 +160,17 @@ impl<K: Hash + Eq + Clone> Table<K> {
             owners: Mutex::new(HashMap::new()),
             share,
             live: AtomicI64::new(0),
-            observed,
+            held,
         }
     }
 
-    /// Counts `added` entries in, `taken` ones out and `dropped` unread ones out (expired or
-    /// evicted), for the metrics.
+    /// Counts `added` entries in, `taken` ones out (read, deleted or rewritten) and `dropped`
+    /// unread ones out (expired or evicted), for the metrics.
     fn count(&self, added: usize, taken: usize, dropped: usize) {
-        if !self.observed {
-            return;
-        }
         let change = added as i64 - taken as i64 - dropped as i64;
         let now = self.live.fetch_add(change, Ordering::Relaxed) + change;
-        observe::continuations_pending("memory", usize::try_from(now).unwrap_or(0));
-        observe::conversations_abandoned("memory", dropped);
+        self.held.now("memory", u64::try_from(now).unwrap_or(0));
+        self.held.lapsed("memory", dropped as u64);
     }
 
     fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, Shard<K>> {
@@ -193,8 +190,9 @@ impl<K: Hash + Eq + Clone> Table<K> {
             expires_at,
             owner: owner.clone(),
         };
-        let removed = self.shard(&key).insert(key.clone(), entry, now);
-        let mut dropped = removed.len();
+        let (replaced, removed) = self.shard(&key).insert(key.clone(), entry, now);
+        // A rewritten entry (a session touched) was not dropped unread.
+        let mut dropped = removed.len() - usize::from(replaced);
         let mut owners = lock(&self.owners);
         release(&mut owners, removed);
         let holdings = owners.entry(owner.clone()).or_insert_with(|| Holdings {
@@ -223,7 +221,7 @@ impl<K: Hash + Eq + Clone> Table<K> {
             holdings.live = holdings.order.len();
         }
         drop(owners);
-        self.count(1, 0, dropped);
+        self.count(1, usize::from(replaced), dropped);
     }
 
     /// Removes and returns a live entry.
@@ -286,14 +284,16 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<K: Hash + Eq + Clone> Shard<K> {
-    /// Inserts `entry`, returning the owners of the entries it replaced or pushed out.
-    fn insert(&mut self, key: K, entry: Entry, now: Instant) -> Vec<Owner> {
+    /// Inserts `entry`, returning whether it replaced one under the same key, and the owners of
+    /// the entries it replaced or pushed out.
+    fn insert(&mut self, key: K, entry: Entry, now: Instant) -> (bool, Vec<Owner>) {
         let mut removed: Vec<Owner> = self
             .entries
             .remove(&key)
             .map(|e| e.owner)
             .into_iter()
             .collect();
+        let replaced = !removed.is_empty();
         self.evict(now, &mut removed);
         self.order.push_back((entry.expires_at, key.clone()));
         self.entries.insert(key, entry);
@@ -302,7 +302,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             self.order
                 .retain(|(at, key)| entries.get(key).is_some_and(|e| e.expires_at == *at));
         }
-        removed
+        (replaced, removed)
     }
 
     /// Drops stale positions and expired entries from the front of the order, then the oldest

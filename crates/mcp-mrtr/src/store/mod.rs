@@ -11,6 +11,7 @@ mod memory;
 mod redis;
 mod redis_connection;
 mod redis_events;
+mod redis_live;
 mod redis_sharded;
 mod tasks;
 
@@ -21,6 +22,7 @@ pub use redis_connection::{
     query as redis_query,
 };
 pub use redis_events::RedisEventRelay;
+pub use redis_live::DEFAULT_SWEEP_EVERY;
 pub use tasks::{MemoryTaskStore, TaskStore, Versioned};
 
 use std::sync::Arc;

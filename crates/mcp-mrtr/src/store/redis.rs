@@ -10,6 +10,9 @@
 //! taken or not, which bounds what one caller can hold. An entry and its owner's index are written
 //! together but are separate keys (on a cluster they live on different nodes), so no command or
 //! script ever touches two slots.
+//!
+//! Continuations and sessions are also counted for the metrics ([`super::redis_live`]): a
+//! background sweep, every 15 s unless [`RedisStore::sweeping_every`] says otherwise.
 
 use std::time::Duration;
 
@@ -17,8 +20,10 @@ use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
 use super::redis_connection::{RedisConnection, RedisStoreConfig, connect, query};
+use super::redis_live::{DEFAULT_SWEEP_EVERY, LiveIndex, sweep_forever};
 use super::tasks::{TaskStore, Versioned};
 use super::{ContinuationId, ContinuationStore, Owner, SessionStore, StoreError};
+use crate::observe::Held;
 
 /// Adds `ARGV[1]` to the owner's index `KEYS[1]` with a deadline `ARGV[2]` ms from now, drops
 /// what has expired, and returns the owner's earliest entries beyond its share `ARGV[3]`, which
@@ -69,6 +74,18 @@ pub struct RedisStore {
     index_within_share: redis::Script,
     create_task: redis::Script,
     replace_task: redis::Script,
+    /// Live continuations, for the metrics.
+    live_continuations: LiveIndex,
+    /// Live sessions, for the metrics.
+    live_sessions: LiveIndex,
+    /// The background sweep of the two.
+    sweeping: tokio::task::AbortHandle,
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        self.sweeping.abort();
+    }
 }
 
 impl RedisStore {
@@ -76,6 +93,16 @@ impl RedisStore {
     /// continuations (and, apart, `share` sessions).
     pub async fn connect(config: RedisStoreConfig, share: u64) -> Result<Self, StoreError> {
         let connected = connect(&config).await?;
+        let live_continuations =
+            LiveIndex::new(&config.prefix, "continuations", Held::Continuations);
+        let live_sessions = LiveIndex::new(&config.prefix, "sessions", Held::Sessions);
+        let sweeping = tokio::spawn(sweep_forever(
+            connected.connection.clone(),
+            config.timeout,
+            vec![live_continuations.clone(), live_sessions.clone()],
+            DEFAULT_SWEEP_EVERY,
+        ))
+        .abort_handle();
         Ok(Self {
             connection: connected.connection,
             prefix: config.prefix,
@@ -84,7 +111,24 @@ impl RedisStore {
             index_within_share: redis::Script::new(INDEX_WITHIN_SHARE),
             create_task: redis::Script::new(CREATE_TASK),
             replace_task: redis::Script::new(REPLACE_TASK),
+            live_continuations,
+            live_sessions,
+            sweeping,
         })
+    }
+
+    /// Counts the live continuations and sessions, and those that lapsed, every `every` (15 s by
+    /// default): how fresh `mcp_continuations_pending` and `mcp_legacy_sessions_open` are.
+    pub fn sweeping_every(mut self, every: Duration) -> Self {
+        self.sweeping.abort();
+        self.sweeping = tokio::spawn(sweep_forever(
+            self.connection.clone(),
+            self.timeout,
+            vec![self.live_continuations.clone(), self.live_sessions.clone()],
+            every.max(Duration::from_millis(10)),
+        ))
+        .abort_handle();
+        self
     }
 
     /// The index of what `owner` holds of one `kind` of entry. Hashed: owners are names chosen
@@ -158,8 +202,9 @@ impl RedisStore {
             .await
     }
 
-    fn key(&self, id: ContinuationId) -> String {
-        format!("{}{}", self.prefix, id.to_hex())
+    /// The key of the continuation whose id is `hex`.
+    fn key(&self, hex: &str) -> String {
+        format!("{}{hex}", self.prefix)
     }
 
     async fn run<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, StoreError> {
@@ -182,12 +227,23 @@ impl ContinuationStore for RedisStore {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let owner_key = self.owner_key("continuations", owner);
-        self.put_within_share(self.key(id), owner_key, payload, ttl)
-            .await
+        let hex = id.to_hex();
+        let counting = self.live_continuations.add(&hex, ttl);
+        let (parked, _counted) = tokio::join!(
+            self.put_within_share(self.key(&hex), owner_key, payload, ttl),
+            // Only the metrics depend on it: a failure there does not fail the call.
+            self.run::<redis::Value>(&counting)
+        );
+        parked
     }
 
     async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
-        self.run(redis::cmd("GETDEL").arg(self.key(id))).await
+        let hex = id.to_hex();
+        let uncounting = self.live_continuations.remove(&hex);
+        let taking = redis::cmd("GETDEL").arg(self.key(&hex)).clone();
+        let (taken, _uncounted) =
+            tokio::join!(self.run(&taking), self.run::<redis::Value>(&uncounting));
+        taken
     }
 
     fn kind(&self) -> &'static str {
@@ -205,8 +261,12 @@ impl SessionStore for RedisStore {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let owner_key = self.owner_key("sessions", owner);
-        self.put_within_share(self.session_key(session_id), owner_key, record, ttl)
-            .await
+        let counting = self.live_sessions.add(session_id, ttl);
+        let (written, _counted) = tokio::join!(
+            self.put_within_share(self.session_key(session_id), owner_key, record, ttl),
+            self.run::<redis::Value>(&counting)
+        );
+        written
     }
 
     async fn touch_session(&self, session_id: &str, ttl: Duration) -> Result<bool, StoreError> {
@@ -214,7 +274,12 @@ impl SessionStore for RedisStore {
             .arg(self.session_key(session_id))
             .arg(ttl_millis(ttl))
             .clone();
-        self.run::<bool>(&command).await
+        let counting = self.live_sessions.renew(session_id, ttl);
+        let (touched, _counted) = tokio::join!(
+            self.run::<bool>(&command),
+            self.run::<redis::Value>(&counting)
+        );
+        touched
     }
 
     async fn read_session(&self, session_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -223,8 +288,13 @@ impl SessionStore for RedisStore {
     }
 
     async fn delete_session(&self, session_id: &str) -> Result<(), StoreError> {
-        self.run::<()>(redis::cmd("DEL").arg(self.session_key(session_id)))
-            .await
+        let uncounting = self.live_sessions.remove(session_id);
+        let deleting = redis::cmd("DEL").arg(self.session_key(session_id)).clone();
+        let (deleted, _uncounted) = tokio::join!(
+            self.run::<()>(&deleting),
+            self.run::<redis::Value>(&uncounting)
+        );
+        deleted
     }
 }
 

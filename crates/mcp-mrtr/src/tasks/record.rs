@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::auth::Principal;
-use crate::protocol::{ClientCapabilities, RequestMeta};
+use crate::protocol::{ClientCapabilities, RequestMeta, TraceCarrier};
 
 /// How far apart the clocks of two replicas may be: a lease is judged lapsed only this long after
 /// its holder's deadline.
@@ -115,7 +115,7 @@ impl TaskRecord {
             capabilities: self.capabilities.clone(),
             log_level: None,
             progress_token: None,
-            traceparent: None,
+            trace: TraceCarrier::default(),
         }
     }
 

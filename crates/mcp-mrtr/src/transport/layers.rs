@@ -3,9 +3,15 @@
 //! `Mcp-Method`, `Mcp-Name`; status and latency when it ends); CORS for browser clients on the
 //! allowed origins, with preflights from any other origin refused with 403; and a handler that
 //! panics answered with a JSON-RPC -32603 instead of a dropped connection.
+//!
+//! Every request goes through them, so they keep off its path what it does not need: the span's
+//! fields are read only when the span is logged or exported, and CORS runs only for requests
+//! that come with an `Origin` (browsers), not for other clients.
 
 use std::any::Any;
 use std::future::{Ready, ready};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -16,7 +22,7 @@ use futures::future::Either;
 use rand::RngCore;
 use tower::{Layer, Service, ServiceBuilder};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer, ExposeHeaders};
+use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, Cors, CorsLayer, ExposeHeaders};
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
@@ -61,7 +67,7 @@ pub(super) fn around(router: Router, origins: OriginPolicy) -> Router {
         .expose_headers(ExposeHeaders::list(EXPOSED.map(HeaderName::from_static)))
         .max_age(PREFLIGHT_MAX_AGE);
     let layers = ServiceBuilder::new()
-        .layer(SetRequestIdLayer::x_request_id(RandomRequestId))
+        .layer(SetRequestIdLayer::x_request_id(NumberedRequestId::new()))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(
             TraceLayer::new_for_http()
@@ -71,100 +77,128 @@ pub(super) fn around(router: Router, origins: OriginPolicy) -> Router {
                 .on_failure(()),
         )
         .layer(CatchPanicLayer::custom(answer_panic))
-        .layer(PreflightGuardLayer(origins))
-        .layer(cors);
+        .layer(BrowserLayer {
+            origins,
+            cors: Arc::new(cors),
+        });
     router.layer(layers)
 }
 
-/// A fresh 128-bit id for a request that brought none.
-#[derive(Clone, Copy)]
-struct RandomRequestId;
+/// A fresh id for a request that brought none: this process's random 64-bit prefix, then a
+/// count of the requests it has numbered, in hex. Unique without drawing random bytes on every
+/// request.
+#[derive(Clone)]
+struct NumberedRequestId {
+    prefix: Arc<str>,
+    next: Arc<AtomicU64>,
+}
 
-impl MakeRequestId for RandomRequestId {
-    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut bytes = [0u8; 16];
-        rand::thread_rng().fill_bytes(&mut bytes);
-        let mut id = [0u8; 32];
-        for (pair, byte) in id.chunks_exact_mut(2).zip(bytes) {
-            pair[0] = HEX[usize::from(byte >> 4)];
-            pair[1] = HEX[usize::from(byte & 0x0f)];
+impl NumberedRequestId {
+    fn new() -> Self {
+        Self {
+            prefix: Arc::from(format!("{:016x}", rand::thread_rng().next_u64())),
+            next: Arc::new(AtomicU64::new(0)),
         }
-        HeaderValue::from_bytes(&id).ok().map(RequestId::new)
+    }
+}
+
+impl MakeRequestId for NumberedRequestId {
+    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        HeaderValue::try_from(format!("{}{number:016x}", self.prefix))
+            .ok()
+            .map(RequestId::new)
     }
 }
 
 /// The span of one request: its id, method and path, and the MCP routing headers.
 fn span_for<B>(request: &axum::http::Request<B>) -> tracing::Span {
-    let header = |name: &str| {
-        request
-            .headers()
-            .get(name)
-            .and_then(|value| value.to_str().ok())
-            .map(|value| excerpt(value).into_owned())
-            .unwrap_or_default()
-    };
-    tracing::info_span!(
+    use tracing::field::{Empty, display};
+    let span = tracing::info_span!(
         "request",
-        id = %header("x-request-id"),
+        id = Empty,
         method = %request.method(),
         path = request.uri().path(),
-        mcp_method = %header("mcp-method"),
-        mcp_name = %header("mcp-name"),
-    )
+        mcp_method = Empty,
+        mcp_name = Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    for (field, name) in [
+        ("id", "x-request-id"),
+        ("mcp_method", "mcp-method"),
+        ("mcp_name", "mcp-name"),
+    ] {
+        if let Some(value) = request.headers().get(name).and_then(|v| v.to_str().ok()) {
+            span.record(field, display(excerpt(value)));
+        }
+    }
+    span
 }
 
-/// Refuses, with 403, a preflight from an origin that may not call the endpoint, as every other
-/// request from it is: CORS alone would only leave out the `Access-Control-*` headers. Written as
-/// a plain service: it sits in front of every request.
+/// What browsers get: CORS for a request that comes with an `Origin`, and 403 for a preflight
+/// from an origin that may not call the endpoint, as every other request from it gets (CORS
+/// alone would only leave out the `Access-Control-*` headers). Other clients send no `Origin`
+/// and skip CORS altogether. Written as a plain service: it sits in front of every request.
 #[derive(Clone)]
-struct PreflightGuardLayer(OriginPolicy);
+struct BrowserLayer {
+    origins: OriginPolicy,
+    /// Shared: the service is cloned for every request, and most requests do not need it.
+    cors: Arc<CorsLayer>,
+}
 
-impl<S> Layer<S> for PreflightGuardLayer {
-    type Service = PreflightGuard<S>;
+impl<S> Layer<S> for BrowserLayer {
+    type Service = Browser<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        PreflightGuard {
+        Browser {
             inner,
-            origins: self.0.clone(),
+            layer: self.clone(),
         }
     }
 }
 
 #[derive(Clone)]
-struct PreflightGuard<S> {
+struct Browser<S> {
     inner: S,
-    origins: OriginPolicy,
+    layer: BrowserLayer,
 }
 
-impl<S, B> Service<Request<B>> for PreflightGuard<S>
+type Refused<E> = Ready<Result<Response<Body>, E>>;
+
+impl<S, B> Service<Request<B>> for Browser<S>
 where
-    S: Service<Request<B>, Response = Response<Body>>,
+    S: Service<Request<B>, Response = Response<Body>> + Clone,
 {
     type Response = Response<Body>;
     type Error = S::Error;
-    type Future = Either<Ready<Result<Response<Body>, S::Error>>, S::Future>;
+    type Future =
+        Either<Refused<S::Error>, Either<S::Future, <Cors<S> as Service<Request<B>>>::Future>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let foreign = request.method() == Method::OPTIONS
-            && request.headers().get(header::ORIGIN).is_some_and(|origin| {
-                !origin
-                    .to_str()
-                    .is_ok_and(|origin| self.origins.allows_origin(origin))
-            });
-        if !foreign {
-            return Either::Right(self.inner.call(request));
+        let Some(origin) = request.headers().get(header::ORIGIN) else {
+            return Either::Right(Either::Left(self.inner.call(request)));
+        };
+        let allowed = origin
+            .to_str()
+            .is_ok_and(|origin| self.layer.origins.allows_origin(origin));
+        if request.method() == Method::OPTIONS && !allowed {
+            tracing::warn!("refused a preflight from a foreign origin");
+            let refusal = Response::builder()
+                .status(StatusCode::FORBIDDEN)
+                .body(Body::empty())
+                .unwrap_or_default();
+            return Either::Left(ready(Ok(refusal)));
         }
-        tracing::warn!("refused a preflight from a foreign origin");
-        let refusal = Response::builder()
-            .status(StatusCode::FORBIDDEN)
-            .body(Body::empty())
-            .unwrap_or_default();
-        Either::Left(ready(Ok(refusal)))
+        // The service made ready by `poll_ready` serves the request; a clone takes its place.
+        let fresh = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, fresh);
+        Either::Right(Either::Right(self.layer.cors.layer(ready).call(request)))
     }
 }
 

@@ -27,7 +27,8 @@ use crate::mrtr::{Asker, LegacyPeer, PendingAnswers};
 use crate::observe;
 use crate::protocol::jsonrpc::{notification_bytes, success_bytes};
 use crate::protocol::{
-    ClientCapabilities, Incoming, LogLevel, Method, ProtocolError, RequestId, RequestMeta, version,
+    ClientCapabilities, Incoming, LogLevel, Method, ProtocolError, RequestId, RequestMeta,
+    TraceCarrier, version,
 };
 use crate::server::{Era, RequestEnv, ServerEvent};
 use crate::store::{Owner, RedisEventRelay, SessionStore};
@@ -282,7 +283,7 @@ async fn serve_request(
             .and_then(|m| m.get("progressToken"))
             .filter(|t| t.is_string() || t.is_number())
             .cloned(),
-        traceparent: None,
+        trace: TraceCarrier::default(),
     };
     let peer: Arc<dyn Asker> = Arc::new(LegacyPeer::new(
         endpoint.legacy.pending.clone(),

@@ -20,7 +20,9 @@ use super::{Endpoint, owner_of, sse};
 use crate::auth::Principal;
 use crate::protocol::jsonrpc::success_bytes;
 use crate::protocol::version::TASKS_EXTENSION;
-use crate::protocol::{Incoming, Method, ProtocolError, RequestId, RequestMeta, version};
+use crate::protocol::{
+    Incoming, Method, ProtocolError, RequestId, RequestMeta, TraceCarrier, version,
+};
 use crate::server::{Era, RequestEnv, Server, ServerEvent, Subscription};
 use crate::store::Owner;
 
@@ -97,12 +99,14 @@ async fn serve(
         ));
     };
     let mut meta = RequestMeta::from_params(&params)?;
-    if meta.traceparent.is_none() {
-        // W3C trace context as HTTP carries it, for clients that set the header only.
-        meta.traceparent = headers
-            .get("traceparent")
-            .and_then(|value| value.to_str().ok())
-            .map(str::to_owned);
+    // W3C trace context as HTTP carries it, for clients that set the headers only.
+    let from_headers = TraceCarrier::read(|key| headers.get(key).and_then(|v| v.to_str().ok()));
+    if meta.trace.traceparent.is_none() {
+        meta.trace.traceparent = from_headers.traceparent;
+        meta.trace.tracestate = from_headers.tracestate;
+    }
+    if meta.trace.baggage.is_none() {
+        meta.trace.baggage = from_headers.baggage;
     }
     if header_version != meta.protocol_version {
         return Err(ProtocolError::header_mismatch(format!(

@@ -1,0 +1,133 @@
+//! What a Redis store holds now, for the metrics. Redis lets keys expire unseen, so each kind of
+//! entry the metrics count (continuations, sessions) also has an index of live entries scored
+//! by deadline: written beside the entry, removed when the entry is taken or deleted. Every
+//! replica sweeps the indexes now and then: what it removes as past its deadline left unread
+//! (abandoned or expired; counted once, by whichever replica removed it), and what stays is
+//! the store's count of live entries (the same on every replica).
+//!
+//! Each index is split over [`SHARDS`] keys so that on a cluster it spreads over the nodes; a
+//! command touches one of them only.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::join_all;
+
+use super::StoreError;
+use super::redis_connection::{RedisConnection, query};
+use crate::observe::Held;
+
+/// Keys each index is split over.
+const SHARDS: u8 = 16;
+/// How far replicas' clocks may disagree: an entry is swept this long after its deadline.
+const CLOCK_SKEW: Duration = Duration::from_secs(1);
+/// How often a replica sweeps when not told otherwise.
+pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(15);
+
+/// The index of one kind of entry.
+#[derive(Debug, Clone)]
+pub(super) struct LiveIndex {
+    /// The keys' common start: `<prefix>live:<kind>:`.
+    stem: String,
+    held: Held,
+}
+
+impl LiveIndex {
+    pub(super) fn new(prefix: &str, kind: &str, held: Held) -> Self {
+        Self {
+            stem: format!("{prefix}live:{kind}:"),
+            held,
+        }
+    }
+
+    /// The shard key holding `member`.
+    fn key(&self, member: &str) -> String {
+        let shard = member.bytes().fold(0u8, u8::wrapping_add) % SHARDS;
+        format!("{}{shard:x}", self.stem)
+    }
+
+    /// Records `member` as live for `ttl` from now (again, when it was already).
+    pub(super) fn add(&self, member: &str, ttl: Duration) -> redis::Cmd {
+        redis::cmd("ZADD")
+            .arg(self.key(member))
+            .arg(deadline_millis(ttl))
+            .arg(member)
+            .clone()
+    }
+
+    /// Gives `member` `ttl` more from now, if it is recorded.
+    pub(super) fn renew(&self, member: &str, ttl: Duration) -> redis::Cmd {
+        redis::cmd("ZADD")
+            .arg(self.key(member))
+            .arg("XX")
+            .arg(deadline_millis(ttl))
+            .arg(member)
+            .clone()
+    }
+
+    /// Forgets `member`: it was read or deleted.
+    pub(super) fn remove(&self, member: &str) -> redis::Cmd {
+        redis::cmd("ZREM").arg(self.key(member)).arg(member).clone()
+    }
+
+    /// Removes what is past its deadline and reports it, with what is left, to the metrics.
+    async fn sweep(
+        &self,
+        connection: &RedisConnection,
+        timeout: Duration,
+    ) -> Result<(), StoreError> {
+        let overdue = unix_millis(SystemTime::now()).saturating_sub(millis(CLOCK_SKEW));
+        let shards = (0..SHARDS).map(|shard| async move {
+            let key = format!("{}{shard:x}", self.stem);
+            let removing = redis::cmd("ZREMRANGEBYSCORE")
+                .arg(&key)
+                .arg("-inf")
+                .arg(overdue)
+                .clone();
+            let lapsed: u64 = query(connection, timeout, &removing).await?;
+            let live: u64 = query(connection, timeout, redis::cmd("ZCARD").arg(&key)).await?;
+            Ok::<_, StoreError>((lapsed, live))
+        });
+        let (mut lapsed, mut live) = (0, 0);
+        for counted in join_all(shards).await {
+            let (shard_lapsed, shard_live) = counted?;
+            lapsed += shard_lapsed;
+            live += shard_live;
+        }
+        self.held.lapsed("redis", lapsed);
+        self.held.now("redis", live);
+        Ok(())
+    }
+}
+
+/// Sweeps `indexes` every `every` until aborted.
+pub(super) async fn sweep_forever(
+    connection: RedisConnection,
+    timeout: Duration,
+    indexes: Vec<LiveIndex>,
+    every: Duration,
+) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        for index in &indexes {
+            if let Err(e) = index.sweep(&connection, timeout).await {
+                // The counts wait for the next sweep; the store's own calls report the outage.
+                tracing::debug!("sweeping {}: {e}", index.stem);
+            }
+        }
+    }
+}
+
+/// The Unix time in milliseconds `ttl` from now.
+fn deadline_millis(ttl: Duration) -> u64 {
+    unix_millis(SystemTime::now()).saturating_add(millis(ttl))
+}
+
+fn unix_millis(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, millis)
+}
+
+fn millis(span: Duration) -> u64 {
+    u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
+}
