@@ -233,6 +233,8 @@ async fn prometheus_reads_the_conversations_rounds_and_refusals_of_a_running_ser
             .await;
         let listed = legacy.request("tools/list", json!({})).await;
         assert_eq!(listed.status, 200);
+        // Scraped at least twice since the session's requests renewed it.
+        tokio::time::sleep(Duration::from_secs(3)).await;
         prometheus
             .expect("mcp_legacy_sessions_open{store=\"memory\"}", 1.0)
             .await;
@@ -257,6 +259,7 @@ async fn prometheus_reads_what_the_redis_store_holds_and_what_lapsed_in_it() {
         ("MOVIEDB_REDIS_COUNT_SECS".into(), "1".into()),
         ("MOVIEDB_STATE_TTL".into(), "8".into()),
         ("MOVIEDB_LEGACY_SESSION_IDLE".into(), "8".into()),
+        ("MOVIEDB_SHARE_PER_CALLER".into(), "2".into()),
     ];
     let replicas = Replicas::start_with(1, settings).await;
     let target = replicas.addresses()[0].to_string();
@@ -265,7 +268,8 @@ async fn prometheus_reads_what_the_redis_store_holds_and_what_lapsed_in_it() {
     prometheus.expect("up", 1.0).await;
     let alice = replicas.session(1, "alice");
 
-    // Two questions left unanswered, one answered.
+    // Two questions left unanswered, then a third conversation, answered: its question pushes
+    // the oldest unanswered one out of alice's share of two.
     for movie_id in [6, 7] {
         let asked = alice
             .call_with("addToWatchlist", add(movie_id), eliciting())
@@ -279,9 +283,16 @@ async fn prometheus_reads_what_the_redis_store_holds_and_what_lapsed_in_it() {
     }
     converse(&alice, 8).await;
     prometheus
-        .expect("mcp_continuations_pending{store=\"redis\"}", 2.0)
+        .expect("mcp_continuations_pending{store=\"redis\"}", 1.0)
         .await;
-    // Past the time-to-live, the two are abandoned: counted once, and no longer pending.
+    // The evicted one is abandoned at once, well before its time-to-live.
+    prometheus
+        .expect(
+            "mcp_mrtr_conversations_abandoned_total{store=\"redis\"}",
+            1.0,
+        )
+        .await;
+    // Past the time-to-live, the other is abandoned too: each counted once.
     prometheus
         .expect(
             "mcp_mrtr_conversations_abandoned_total{store=\"redis\"}",

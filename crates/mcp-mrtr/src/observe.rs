@@ -22,7 +22,8 @@ use crate::protocol::error::{
 /// metric's key costs an allocation, even for the no-op recorder).
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
-fn enabled() -> bool {
+/// Whether the application enabled the metrics.
+pub(crate) fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 

@@ -45,7 +45,8 @@ pub(crate) fn adopt(span: &tracing::Span, carrier: &TraceCarrier) {
 
 /// Records the W3C `baggage` entries on `span` as `baggage.<key>` attributes.
 pub(crate) fn record_baggage(span: &tracing::Span, baggage: &str) {
-    if span.is_disabled() {
+    // Only for a span that is exported: attributes are for the exporter alone.
+    if !span.context().span().span_context().is_valid() {
         return;
     }
     let entries = HashMap::from([(BAGGAGE.to_owned(), baggage.to_owned())]);
@@ -56,19 +57,28 @@ pub(crate) fn record_baggage(span: &tracing::Span, baggage: &str) {
     }
 }
 
-/// The trace context of `span` (when it is exported: an OpenTelemetry layer records it), with
-/// `baggage` passed on as it came.
-pub(crate) fn carrier_of(span: &tracing::Span, baggage: Option<String>) -> TraceCarrier {
+/// The trace context of `span` and the conversation's `baggage`, to pass on to the next round;
+/// empty unless the span is exported (an OpenTelemetry layer records it). The baggage passed on
+/// is what the propagator read of it: within W3C's limits, malformed members dropped.
+pub(crate) fn carrier_of(span: &tracing::Span, baggage: Option<&str>) -> TraceCarrier {
     let context = span.context();
-    let mut carrier = TraceCarrier {
-        baggage,
-        ..TraceCarrier::default()
-    };
-    if context.span().span_context().is_valid() {
-        let mut entries = HashMap::new();
-        TraceContextPropagator::new().inject_context(&context, &mut entries);
-        carrier.traceparent = entries.remove(TRACEPARENT);
-        carrier.tracestate = entries.remove(TRACESTATE);
+    if !context.span().span_context().is_valid() {
+        return TraceCarrier::default();
     }
-    carrier
+    let mut entries = HashMap::new();
+    TraceContextPropagator::new().inject_context(&context, &mut entries);
+    let baggage = baggage.and_then(|baggage| {
+        let read = HashMap::from([(BAGGAGE.to_owned(), baggage.to_owned())]);
+        let mut written = HashMap::new();
+        let propagator = BaggagePropagator::new();
+        propagator.inject_context(&propagator.extract(&read), &mut written);
+        written
+            .remove(BAGGAGE)
+            .filter(|baggage| !baggage.is_empty())
+    });
+    TraceCarrier {
+        traceparent: entries.remove(TRACEPARENT),
+        tracestate: entries.remove(TRACESTATE),
+        baggage,
+    }
 }

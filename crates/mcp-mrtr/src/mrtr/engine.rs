@@ -265,7 +265,7 @@ impl Engine {
                     round: rounds.take(),
                     memo: context.take_memo(),
                     rounds: earlier_rounds + 1,
-                    trace: trace_context::carrier_of(&round_span, baggage),
+                    trace: trace_context::carrier_of(&round_span, baggage.as_deref()),
                 };
                 self.park(parked, context.principal().id(), &call.owner, digest)
                     .await

@@ -105,6 +105,10 @@ impl SessionStore for MemoryStore {
         self.sessions.take(session_id);
         Ok(())
     }
+
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
 }
 
 /// Entries by key, in shards, with what each owner holds.

@@ -133,4 +133,9 @@ pub trait SessionStore: Send + Sync + 'static {
 
     /// Ends a session.
     async fn delete_session(&self, session_id: &str) -> Result<(), StoreError>;
+
+    /// The store's name in metrics (`memory`, `redis`).
+    fn kind(&self) -> &'static str {
+        "custom"
+    }
 }

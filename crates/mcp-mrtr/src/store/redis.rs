@@ -11,8 +11,9 @@
 //! together but are separate keys (on a cluster they live on different nodes), so no command or
 //! script ever touches two slots.
 //!
-//! Continuations and sessions are also counted for the metrics ([`super::redis_live`]): a
-//! background sweep, every 15 s unless [`RedisStore::sweeping_every`] says otherwise.
+//! When metrics are enabled before the store connects, continuations and sessions are also
+//! counted for them ([`super::redis_live`]): one more command beside each write and each take,
+//! and a background sweep every 15 s unless [`RedisStore::sweeping_every`] says otherwise.
 
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ use super::redis_connection::{RedisConnection, RedisStoreConfig, connect, query}
 use super::redis_live::{DEFAULT_SWEEP_EVERY, LiveIndex, sweep_forever};
 use super::tasks::{TaskStore, Versioned};
 use super::{ContinuationId, ContinuationStore, Owner, SessionStore, StoreError};
-use crate::observe::Held;
+use crate::observe::{self, Held};
 
 /// Adds `ARGV[1]` to the owner's index `KEYS[1]` with a deadline `ARGV[2]` ms from now, drops
 /// what has expired, and returns the owner's earliest entries beyond its share `ARGV[3]`, which
@@ -74,15 +75,47 @@ pub struct RedisStore {
     index_within_share: redis::Script,
     create_task: redis::Script,
     replace_task: redis::Script,
-    /// Live continuations, for the metrics.
-    live_continuations: LiveIndex,
-    /// Live sessions, for the metrics.
-    live_sessions: LiveIndex,
-    /// The background sweep of the two.
+    /// The indexes of live entries, when metrics are enabled.
+    live: Option<Live>,
+}
+
+/// The indexes of live continuations and sessions, and the background sweep that counts them.
+struct Live {
+    continuations: LiveIndex,
+    sessions: LiveIndex,
     sweeping: tokio::task::AbortHandle,
 }
 
-impl Drop for RedisStore {
+impl Live {
+    fn start(connection: &RedisConnection, config: &RedisStoreConfig, every: Duration) -> Self {
+        let continuations = LiveIndex::new(&config.prefix, "continuations", Held::Continuations);
+        let sessions = LiveIndex::new(&config.prefix, "sessions", Held::Sessions);
+        let sweeping = Self::sweep(connection, config.timeout, &continuations, &sessions, every);
+        Self {
+            continuations,
+            sessions,
+            sweeping,
+        }
+    }
+
+    fn sweep(
+        connection: &RedisConnection,
+        timeout: Duration,
+        continuations: &LiveIndex,
+        sessions: &LiveIndex,
+        every: Duration,
+    ) -> tokio::task::AbortHandle {
+        tokio::spawn(sweep_forever(
+            connection.clone(),
+            timeout,
+            vec![continuations.clone(), sessions.clone()],
+            every.max(Duration::from_millis(10)),
+        ))
+        .abort_handle()
+    }
+}
+
+impl Drop for Live {
     fn drop(&mut self) {
         self.sweeping.abort();
     }
@@ -93,16 +126,8 @@ impl RedisStore {
     /// continuations (and, apart, `share` sessions).
     pub async fn connect(config: RedisStoreConfig, share: u64) -> Result<Self, StoreError> {
         let connected = connect(&config).await?;
-        let live_continuations =
-            LiveIndex::new(&config.prefix, "continuations", Held::Continuations);
-        let live_sessions = LiveIndex::new(&config.prefix, "sessions", Held::Sessions);
-        let sweeping = tokio::spawn(sweep_forever(
-            connected.connection.clone(),
-            config.timeout,
-            vec![live_continuations.clone(), live_sessions.clone()],
-            DEFAULT_SWEEP_EVERY,
-        ))
-        .abort_handle();
+        let live = observe::enabled()
+            .then(|| Live::start(&connected.connection, &config, DEFAULT_SWEEP_EVERY));
         Ok(Self {
             connection: connected.connection,
             prefix: config.prefix,
@@ -111,24 +136,37 @@ impl RedisStore {
             index_within_share: redis::Script::new(INDEX_WITHIN_SHARE),
             create_task: redis::Script::new(CREATE_TASK),
             replace_task: redis::Script::new(REPLACE_TASK),
-            live_continuations,
-            live_sessions,
-            sweeping,
+            live,
         })
     }
 
     /// Counts the live continuations and sessions, and those that lapsed, every `every` (15 s by
     /// default): how fresh `mcp_continuations_pending` and `mcp_legacy_sessions_open` are.
     pub fn sweeping_every(mut self, every: Duration) -> Self {
-        self.sweeping.abort();
-        self.sweeping = tokio::spawn(sweep_forever(
-            self.connection.clone(),
-            self.timeout,
-            vec![self.live_continuations.clone(), self.live_sessions.clone()],
-            every.max(Duration::from_millis(10)),
-        ))
-        .abort_handle();
+        if let Some(live) = &mut self.live {
+            live.sweeping.abort();
+            live.sweeping = Live::sweep(
+                &self.connection,
+                self.timeout,
+                &live.continuations,
+                &live.sessions,
+                every,
+            );
+        }
         self
+    }
+
+    /// Awaits `call` with `counting` (a command on a live index) sent beside it; only `call`'s
+    /// outcome counts: the metrics are not worth failing a request for.
+    async fn counted<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+        counting: Option<redis::Cmd>,
+    ) -> Result<T, StoreError> {
+        match counting {
+            None => call.await,
+            Some(command) => tokio::join!(call, self.run::<redis::Value>(&command)).0,
+        }
     }
 
     /// The index of what `owner` holds of one `kind` of entry. Hashed: owners are names chosen
@@ -174,9 +212,26 @@ impl RedisStore {
         let (_, evicted): (T, Vec<String>) = tokio::try_join!(write, self.invoke(indexing))?;
         for key in evicted {
             // Best effort: an eviction that fails leaves an entry to expire on its own.
-            let _ = self.run::<()>(redis::cmd("DEL").arg(key)).await;
+            let deleting = redis::cmd("DEL").arg(&key).clone();
+            let _ = tokio::join!(self.run::<()>(&deleting), self.forget_evicted(&key));
         }
         Ok(())
+    }
+
+    /// Takes an evicted entry off its live index, counting it as lapsed (once, whichever replica
+    /// removes it).
+    async fn forget_evicted(&self, key: &str) {
+        let (Some(live), Some(rest)) = (&self.live, key.strip_prefix(&self.prefix)) else {
+            return;
+        };
+        let (index, member) = match rest.strip_prefix("record:session:") {
+            Some(session_id) => (&live.sessions, session_id),
+            None if !rest.starts_with("record:") => (&live.continuations, rest),
+            None => return,
+        };
+        if let Ok(removed) = self.run::<u64>(&index.remove(member)).await {
+            index.lapsed(removed);
+        }
     }
 
     /// Checks that Redis answers.
@@ -228,22 +283,16 @@ impl ContinuationStore for RedisStore {
     ) -> Result<(), StoreError> {
         let owner_key = self.owner_key("continuations", owner);
         let hex = id.to_hex();
-        let counting = self.live_continuations.add(&hex, ttl);
-        let (parked, _counted) = tokio::join!(
-            self.put_within_share(self.key(&hex), owner_key, payload, ttl),
-            // Only the metrics depend on it: a failure there does not fail the call.
-            self.run::<redis::Value>(&counting)
-        );
-        parked
+        let counting = self.live.as_ref().map(|l| l.continuations.add(&hex, ttl));
+        let parking = self.put_within_share(self.key(&hex), owner_key, payload, ttl);
+        self.counted(parking, counting).await
     }
 
     async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
         let hex = id.to_hex();
-        let uncounting = self.live_continuations.remove(&hex);
+        let uncounting = self.live.as_ref().map(|l| l.continuations.remove(&hex));
         let taking = redis::cmd("GETDEL").arg(self.key(&hex)).clone();
-        let (taken, _uncounted) =
-            tokio::join!(self.run(&taking), self.run::<redis::Value>(&uncounting));
-        taken
+        self.counted(self.run(&taking), uncounting).await
     }
 
     fn kind(&self) -> &'static str {
@@ -261,12 +310,9 @@ impl SessionStore for RedisStore {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let owner_key = self.owner_key("sessions", owner);
-        let counting = self.live_sessions.add(session_id, ttl);
-        let (written, _counted) = tokio::join!(
-            self.put_within_share(self.session_key(session_id), owner_key, record, ttl),
-            self.run::<redis::Value>(&counting)
-        );
-        written
+        let counting = self.live.as_ref().map(|l| l.sessions.add(session_id, ttl));
+        let writing = self.put_within_share(self.session_key(session_id), owner_key, record, ttl);
+        self.counted(writing, counting).await
     }
 
     async fn touch_session(&self, session_id: &str, ttl: Duration) -> Result<bool, StoreError> {
@@ -274,12 +320,15 @@ impl SessionStore for RedisStore {
             .arg(self.session_key(session_id))
             .arg(ttl_millis(ttl))
             .clone();
-        let counting = self.live_sessions.renew(session_id, ttl);
-        let (touched, _counted) = tokio::join!(
-            self.run::<bool>(&command),
-            self.run::<redis::Value>(&counting)
-        );
-        touched
+        let touched = self.run::<bool>(&command).await?;
+        // After the touch, not beside it: a session that has just expired must not be renewed
+        // in the index.
+        if let (true, Some(live)) = (touched, &self.live) {
+            let _ = self
+                .run::<redis::Value>(&live.sessions.renew(session_id, ttl))
+                .await;
+        }
+        Ok(touched)
     }
 
     async fn read_session(&self, session_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -288,13 +337,13 @@ impl SessionStore for RedisStore {
     }
 
     async fn delete_session(&self, session_id: &str) -> Result<(), StoreError> {
-        let uncounting = self.live_sessions.remove(session_id);
+        let uncounting = self.live.as_ref().map(|l| l.sessions.remove(session_id));
         let deleting = redis::cmd("DEL").arg(self.session_key(session_id)).clone();
-        let (deleted, _uncounted) = tokio::join!(
-            self.run::<()>(&deleting),
-            self.run::<redis::Value>(&uncounting)
-        );
-        deleted
+        self.counted(self.run::<()>(&deleting), uncounting).await
+    }
+
+    fn kind(&self) -> &'static str {
+        "redis"
     }
 }
 

@@ -1,9 +1,11 @@
-//! What a Redis store holds now, for the metrics. Redis lets keys expire unseen, so each kind of
-//! entry the metrics count (continuations, sessions) also has an index of live entries scored
-//! by deadline: written beside the entry, removed when the entry is taken or deleted. Every
-//! replica sweeps the indexes now and then: what it removes as past its deadline left unread
-//! (abandoned or expired; counted once, by whichever replica removed it), and what stays is
-//! the store's count of live entries (the same on every replica).
+//! What a Redis store holds now, for the metrics (kept only when they are enabled). Redis lets
+//! keys expire unseen, so each kind of entry the metrics count (continuations, sessions) also
+//! has an index of live entries scored by deadline: written beside the entry, renewed after a
+//! session's touch, removed when the entry is taken or deleted, and when it is evicted past its
+//! owner's share (then counted as lapsed). Every replica sweeps the indexes now and then: what
+//! it removes as past its deadline left unread (abandoned or expired; counted once, by
+//! whichever replica removed it), and what stays is the store's count of live entries (the
+//! same on every replica).
 //!
 //! Each index is split over [`SHARDS`] keys so that on a cluster it spreads over the nodes; a
 //! command touches one of them only.
@@ -83,19 +85,37 @@ impl LiveIndex {
                 .arg("-inf")
                 .arg(overdue)
                 .clone();
-            let lapsed: u64 = query(connection, timeout, &removing).await?;
-            let live: u64 = query(connection, timeout, redis::cmd("ZCARD").arg(&key)).await?;
-            Ok::<_, StoreError>((lapsed, live))
+            let lapsed = match query::<u64>(connection, timeout, &removing).await {
+                Ok(lapsed) => lapsed,
+                Err(e) => return (0, Err(e)),
+            };
+            let live = query::<u64>(connection, timeout, redis::cmd("ZCARD").arg(&key)).await;
+            (lapsed, live)
         });
-        let (mut lapsed, mut live) = (0, 0);
-        for counted in join_all(shards).await {
-            let (shard_lapsed, shard_live) = counted?;
+        let (mut lapsed, mut live, mut failure) = (0, Some(0), None);
+        for (shard_lapsed, shard_live) in join_all(shards).await {
+            // What a shard removed is counted even when another shard failed: it is gone.
             lapsed += shard_lapsed;
-            live += shard_live;
+            match shard_live {
+                Ok(count) => live = live.map(|total| total + count),
+                Err(e) => {
+                    live = None;
+                    failure = Some(e);
+                }
+            }
         }
         self.held.lapsed("redis", lapsed);
-        self.held.now("redis", live);
-        Ok(())
+        // A total with a shard missing would be wrong: the gauge keeps its last value.
+        if let Some(live) = live {
+            self.held.now("redis", live);
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// Counts `count` entries taken off the index before their deadline without being read
+    /// (evicted past their owner's share).
+    pub(super) fn lapsed(&self, count: u64) {
+        self.held.lapsed("redis", count);
     }
 }
 

@@ -84,19 +84,23 @@ pub(super) fn around(router: Router, origins: OriginPolicy) -> Router {
     router.layer(layers)
 }
 
-/// A fresh id for a request that brought none: this process's random 64-bit prefix, then a
-/// count of the requests it has numbered, in hex. Unique without drawing random bytes on every
-/// request.
+/// A fresh id for a request that brought none: this process's random 64-bit prefix, then the
+/// count of requests it has numbered passed through a keyed permutation of 64-bit numbers, in
+/// hex. Unique without drawing random bytes on every request, and the count cannot be read off
+/// it.
 #[derive(Clone)]
 struct NumberedRequestId {
     prefix: Arc<str>,
+    key: u64,
     next: Arc<AtomicU64>,
 }
 
 impl NumberedRequestId {
     fn new() -> Self {
+        let mut random = rand::thread_rng();
         Self {
-            prefix: Arc::from(format!("{:016x}", rand::thread_rng().next_u64())),
+            prefix: Arc::from(format!("{:016x}", random.next_u64())),
+            key: random.next_u64(),
             next: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -105,10 +109,20 @@ impl NumberedRequestId {
 impl MakeRequestId for NumberedRequestId {
     fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
         let number = self.next.fetch_add(1, Ordering::Relaxed);
-        HeaderValue::try_from(format!("{}{number:016x}", self.prefix))
+        let scrambled = scramble(number ^ self.key);
+        HeaderValue::try_from(format!("{}{scrambled:016x}", self.prefix))
             .ok()
             .map(RequestId::new)
     }
+}
+
+/// A bijection of 64-bit numbers that spreads consecutive inputs over the whole range (the
+/// finalizer of SplitMix64: each step, a xor-shift or a multiplication by an odd number, is
+/// invertible).
+fn scramble(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// The span of one request: its id, method and path, and the MCP routing headers.

@@ -501,7 +501,11 @@ async fn load(
     match read(endpoint, session_id).await {
         Ok(Some(session)) if session.principal == principal.id() => {
             let Some(lifetime) = session.lifetime(&endpoint.legacy) else {
-                let _ = endpoint.legacy.sessions.delete_session(session_id).await;
+                // Past its longest lifetime: it expires now, unread.
+                let sessions = &endpoint.legacy.sessions;
+                if sessions.delete_session(session_id).await.is_ok() {
+                    observe::Held::Sessions.lapsed(sessions.kind(), 1);
+                }
                 return Err(gone());
             };
             let sessions = &endpoint.legacy.sessions;
