@@ -138,8 +138,8 @@ fn add(movie_id: i64) -> Value {
     json!({"subject": {"movieId": movie_id.to_string()}})
 }
 
-/// One addToWatchlist conversation: the question, then the answer; returns the state used.
-async fn converse(session: &Session, movie_id: i64) -> String {
+/// The first round of an addToWatchlist conversation: the question, left unanswered.
+async fn ask(session: &Session, movie_id: i64) -> String {
     let asked = session.call("addToWatchlist", add(movie_id)).await;
     assert_eq!(
         asked.result_type(),
@@ -147,7 +147,12 @@ async fn converse(session: &Session, movie_id: i64) -> String {
         "{}",
         asked.body_text()
     );
-    let state = asked.request_state();
+    asked.request_state()
+}
+
+/// One addToWatchlist conversation: the question, then the answer; returns the state used.
+async fn converse(session: &Session, movie_id: i64) -> String {
+    let state = ask(session, movie_id).await;
     let answer = json!({"status": {"action": "accept", "content": {"status": "WATCHED"}}});
     let done = session
         .retry("addToWatchlist", add(movie_id), answer, &state)
@@ -219,8 +224,7 @@ async fn prometheus_reads_the_conversations_rounds_and_refusals_of_a_running_ser
         )
         .await;
     // An unanswered question is a pending continuation.
-    let waiting = alice.call_with("addToWatchlist", add(9), eliciting()).await;
-    assert_eq!(waiting.result_type(), "input_required");
+    ask(&alice, 9).await;
     prometheus
         .expect("mcp_continuations_pending{store=\"memory\"}", 1.0)
         .await;
@@ -271,15 +275,7 @@ async fn prometheus_reads_what_the_redis_store_holds_and_what_lapsed_in_it() {
     // Two questions left unanswered, then a third conversation, answered: its question pushes
     // the oldest unanswered one out of alice's share of two.
     for movie_id in [6, 7] {
-        let asked = alice
-            .call_with("addToWatchlist", add(movie_id), eliciting())
-            .await;
-        assert_eq!(
-            asked.result_type(),
-            "input_required",
-            "{}",
-            asked.body_text()
-        );
+        ask(&alice, movie_id).await;
     }
     converse(&alice, 8).await;
     prometheus
