@@ -133,7 +133,7 @@ fn tracer_provider() -> anyhow::Result<SdkTracerProvider> {
 fn instance_id() -> String {
     let mut bytes = [0u8; 8];
     rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -207,7 +207,7 @@ fn jwt_secret(args: &DatabaseArgs) -> anyhow::Result<Vec<u8>> {
     }
     let mut bytes = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut bytes);
-    let secret: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let secret = hex::encode(bytes);
     write_private(&path, &secret)?;
     tracing::warn!(
         "MOVIEDB_JWT_SECRET is not set: generated a development secret in {}",

@@ -6,7 +6,7 @@
 //! client sent, so no client can make a series per request.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use metrics::{
     Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
@@ -21,6 +21,22 @@ use crate::protocol::error::{
 /// Whether [`enable`] was called: until then every record below returns at once (building a
 /// metric's key costs an allocation, even for the no-op recorder).
 static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Times an operation for a histogram; the clock is read only when metrics are enabled (a
+/// round trip would otherwise read it a dozen times for nothing).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stopwatch(Option<Instant>);
+
+impl Stopwatch {
+    pub(crate) fn start() -> Self {
+        Self(enabled().then(Instant::now))
+    }
+
+    /// The time since [`Stopwatch::start`], when metrics were enabled then.
+    fn elapsed(self) -> Option<Duration> {
+        self.0.map(|started| started.elapsed())
+    }
+}
 
 /// Whether the application enabled the metrics.
 pub(crate) fn enabled() -> bool {
@@ -98,10 +114,10 @@ pub fn enable() {
 
 /// `mcp_requests_total{method, outcome}`: requests handled, by method and by how they ended
 /// (`complete`, `input_required`, `task`, or the JSON-RPC error code).
-pub(crate) fn request(method: Method, outcome: &'static str, took: Duration) {
-    if !enabled() {
+pub(crate) fn request(method: Method, outcome: &'static str, took: Stopwatch) {
+    let Some(took) = took.elapsed() else {
         return;
-    }
+    };
     counter!("mcp_requests_total", "method" => method.as_str(), "outcome" => outcome).increment(1);
     histogram!("mcp_request_duration_seconds", "method" => method.as_str())
         .record(took.as_secs_f64());
@@ -218,10 +234,10 @@ impl Held {
 }
 
 /// `mcp_store_operation_seconds{store, op}`: one continuation-store call (`put`, `take`).
-pub(crate) fn store_operation(store: &'static str, op: &'static str, took: Duration) {
-    if !enabled() {
+pub(crate) fn store_operation(store: &'static str, op: &'static str, took: Stopwatch) {
+    let Some(took) = took.elapsed() else {
         return;
-    }
+    };
     histogram!("mcp_store_operation_seconds", "store" => store, "op" => op)
         .record(took.as_secs_f64());
 }

@@ -8,7 +8,6 @@
 //! key share one computation. When the server runs with Redis, Redis is a second tier shared by
 //! every replica, so one replica's provider call serves them all; Redis errors count as misses.
 
-use std::fmt::Write as _;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -44,11 +43,10 @@ impl SummaryKey {
             field(review.author.as_bytes());
             field(review.comment.as_bytes());
         }
-        let mut key = format!("summary:{movie_id}:");
-        for byte in hash.finalize() {
-            let _ = write!(key, "{byte:02x}");
-        }
-        Self(key)
+        Self(format!(
+            "summary:{movie_id}:{}",
+            hex::encode(hash.finalize())
+        ))
     }
 
     pub fn as_str(&self) -> &str {

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
@@ -315,7 +315,7 @@ impl Engine {
                 "requestState was issued for a different request (method, name or arguments differ)",
             ));
         }
-        let started = Instant::now();
+        let started = observe::Stopwatch::start();
         let span = tracing::info_span!(
             "mcp.store",
             otel.name = "mcp.store take",
@@ -323,7 +323,7 @@ impl Engine {
             op = "take"
         );
         let taken = self.store.take(claims.continuation).instrument(span).await;
-        observe::store_operation(self.store.kind(), "take", started.elapsed());
+        observe::store_operation(self.store.kind(), "take", started);
         let payload = taken?.ok_or_else(|| {
             refuse(
                 Refusal::Replayed,
@@ -362,7 +362,7 @@ impl Engine {
         let payload = serde_json::to_vec(&continuation)
             .map_err(|e| ProtocolError::internal(format!("cannot store continuation: {e}")))?;
         let id = ContinuationId::random();
-        let started = Instant::now();
+        let started = observe::Stopwatch::start();
         let span = tracing::info_span!(
             "mcp.store",
             otel.name = "mcp.store put",
@@ -374,7 +374,7 @@ impl Engine {
             .put(owner, id, payload, self.state_ttl)
             .instrument(span)
             .await;
-        observe::store_operation(self.store.kind(), "put", started.elapsed());
+        observe::store_operation(self.store.kind(), "put", started);
         put?;
         let claims = StateClaims {
             continuation: id,

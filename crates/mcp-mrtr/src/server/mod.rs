@@ -6,7 +6,6 @@ pub mod events;
 mod reply;
 
 use std::sync::{Arc, Weak};
-use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::{self, error::RecvError};
@@ -211,7 +210,7 @@ impl Server {
         params: &Map<String, Value>,
         env: RequestEnv,
     ) -> Result<Reply, ProtocolError> {
-        let started = Instant::now();
+        let started = observe::Stopwatch::start();
         let span = tracing::info_span!(
             "mcp.request",
             otel.name = method.as_str(),
@@ -227,7 +226,7 @@ impl Server {
             Ok(_) => "complete",
             Err(error) => observe::error_outcome(error.code),
         };
-        observe::request(method, outcome, started.elapsed());
+        observe::request(method, outcome, started);
         reply
     }
 

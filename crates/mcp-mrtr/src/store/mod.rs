@@ -57,7 +57,7 @@ impl ContinuationId {
 
     /// Lower-case hex, for use in store keys.
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        hex::encode(self.0)
     }
 }
 

@@ -7,9 +7,10 @@
 //! Each owner has an index (a sorted set by deadline) of what it wrote, one per kind of entry
 //! (continuations, sessions, tasks); past its share, its
 //! earliest entries are deleted. The index counts what was written within the time-to-live,
-//! taken or not, which bounds what one caller can hold. An entry and its owner's index are written
-//! together but are separate keys (on a cluster they live on different nodes), so no command or
-//! script ever touches two slots.
+//! taken or not, which bounds what one caller can hold. On a single server one script writes the
+//! entry, updates the index and deletes the evicted entries: one command per write. On a cluster
+//! an entry and its owner's index live on different nodes, so they are written by two commands
+//! sent together, and no command or script ever touches two slots.
 //!
 //! When metrics are enabled before the store connects, continuations and sessions are also
 //! counted for them ([`super::redis_live`]): one more command beside each write and each take,
@@ -26,27 +27,49 @@ use super::tasks::{TaskStore, Versioned};
 use super::{ContinuationId, ContinuationStore, Owner, SessionStore, StoreError};
 use crate::observe::{self, Held};
 
-/// Adds `ARGV[1]` to the owner's index `KEYS[1]` with a deadline `ARGV[2]` ms from now, drops
-/// what has expired, and returns the owner's earliest entries beyond its share `ARGV[3]`, which
-/// the caller deletes. Scored by deadline in microseconds, so entries written in the same
-/// millisecond keep their order.
-const INDEX_WITHIN_SHARE: &str = r"
+/// The Lua that records `member` in the owner's index `index` with a deadline `ARGV[2]` ms from
+/// now, drops what has expired, runs `evict` on each of the owner's earliest entries beyond its
+/// share `ARGV[3]` (`earliest[i]`), and returns them. Scored by deadline in microseconds, so
+/// entries written in the same millisecond keep their order.
+fn index_within_share(index: &str, member: &str, evict: &str) -> String {
+    format!(
+        r"
 local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
 -- Written out whole: Lua's default number format keeps only 14 digits.
 local deadline = string.format('%.0f', now + tonumber(ARGV[2]) * 1000)
-redis.call('ZADD', KEYS[1], deadline, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
-local evicted = {}
-local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[3])
+redis.call('ZADD', {index}, deadline, {member})
+redis.call('ZREMRANGEBYSCORE', {index}, '-inf', string.format('%.0f', now))
+local evicted = {{}}
+local over = redis.call('ZCARD', {index}) - tonumber(ARGV[3])
 if over > 0 then
-  local earliest = redis.call('ZPOPMIN', KEYS[1], over)
-  for i = 1, #earliest, 2 do evicted[#evicted + 1] = earliest[i] end
+  local earliest = redis.call('ZPOPMIN', {index}, over)
+  for i = 1, #earliest, 2 do
+    evicted[#evicted + 1] = earliest[i]
+    {evict}
+  end
 end
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', math.ceil(tonumber(last[2]) / 1000)))
+local last = redis.call('ZRANGE', {index}, -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', {index}, string.format('%.0f', math.ceil(tonumber(last[2]) / 1000)))
 return evicted
-";
+"
+    )
+}
+
+/// Adds `ARGV[1]` to the owner's index `KEYS[1]` and returns the entries evicted past the share,
+/// which the caller deletes (on a cluster, where the entries live on other nodes).
+fn index_script() -> redis::Script {
+    redis::Script::new(&index_within_share("KEYS[1]", "ARGV[1]", ""))
+}
+
+/// On a single Redis server, where one script may touch any key: writes entry `KEYS[1]` with
+/// value `ARGV[1]` for `ARGV[2]` ms, records it in the owner's index `KEYS[2]`, deletes the
+/// entries evicted past the share and returns them. One command per write instead of three.
+fn put_script() -> redis::Script {
+    let put = "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])";
+    let index = index_within_share("KEYS[2]", "KEYS[1]", "redis.call('DEL', earliest[i])");
+    redis::Script::new(&format!("{put}{index}"))
+}
 
 /// Creates task record `KEYS[1]` (a hash: version `v`, record `r`) to live `ARGV[2]` ms.
 const CREATE_TASK: &str = r"
@@ -72,7 +95,11 @@ pub struct RedisStore {
     prefix: String,
     timeout: Duration,
     share: u64,
+    /// Whether writes go through [`put_script`] (a single server), or as a write beside
+    /// [`index_script`] on the index's own node (a cluster).
+    one_script_puts: bool,
     index_within_share: redis::Script,
+    put_within_share: redis::Script,
     create_task: redis::Script,
     replace_task: redis::Script,
     /// The indexes of live entries, when metrics are enabled.
@@ -126,6 +153,7 @@ impl RedisStore {
     /// continuations (and, apart, `share` sessions).
     pub async fn connect(config: RedisStoreConfig, share: u64) -> Result<Self, StoreError> {
         let connected = connect(&config).await?;
+        let one_script_puts = !config.is_cluster();
         let live = observe::enabled()
             .then(|| Live::start(&connected.connection, &config, DEFAULT_SWEEP_EVERY));
         Ok(Self {
@@ -133,7 +161,9 @@ impl RedisStore {
             prefix: config.prefix,
             timeout: config.timeout,
             share: share.max(1),
-            index_within_share: redis::Script::new(INDEX_WITHIN_SHARE),
+            one_script_puts,
+            index_within_share: index_script(),
+            put_within_share: put_script(),
             create_task: redis::Script::new(CREATE_TASK),
             replace_task: redis::Script::new(REPLACE_TASK),
             live,
@@ -173,8 +203,7 @@ impl RedisStore {
     /// by callers and authenticators, of any length.
     fn owner_key(&self, kind: &str, owner: &Owner) -> String {
         let digest = Sha256::digest(owner.as_str().as_bytes());
-        let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
-        format!("{}owner:{kind}:{hex}", self.prefix)
+        format!("{}owner:{kind}:{}", self.prefix, hex::encode(&digest[..12]))
     }
 
     /// Writes `key` and records it in the owner's index, then deletes what the owner holds
@@ -186,6 +215,19 @@ impl RedisStore {
         value: Vec<u8>,
         ttl: Duration,
     ) -> Result<(), StoreError> {
+        if self.one_script_puts {
+            let mut putting = self.put_within_share.key(&key);
+            putting
+                .key(owner_key)
+                .arg(value)
+                .arg(ttl_millis(ttl))
+                .arg(self.share);
+            let evicted: Vec<String> = self.invoke(putting).await?;
+            for key in evicted {
+                self.forget_evicted(&key).await;
+            }
+            return Ok(());
+        }
         let write = redis::cmd("SET")
             .arg(&key)
             .arg(value)

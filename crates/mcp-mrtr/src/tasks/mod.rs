@@ -444,7 +444,7 @@ fn is_task_id(id: &str) -> bool {
 fn random_hex() -> String {
     let mut bytes = [0u8; ID_LENGTH / 2];
     rand::thread_rng().fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 fn encode(task: &TaskRecord) -> Result<Vec<u8>, ProtocolError> {

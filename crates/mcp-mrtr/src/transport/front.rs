@@ -11,6 +11,7 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, Response, StatusCode, header};
 #[cfg(not(feature = "legacy"))]
 use serde_json::Value;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::respond::{Accept, WireError, is_json};
 use super::{BUSY_WAIT, Endpoint};
@@ -36,11 +37,7 @@ pub(super) async fn post(
         .map(|ConnectInfo(address)| address.ip());
     // Held while the body is read and the request handled; a streamed answer returns its
     // response, and so its turn, as soon as the stream starts.
-    let _turn = match tokio::time::timeout(BUSY_WAIT, endpoint.turns.clone().acquire_owned()).await
-    {
-        Ok(Ok(turn)) => turn,
-        _ => return Err(WireError::busy()),
-    };
+    let _turn = within_busy_wait(&endpoint.turns, 1).await?;
     endpoint.options.origin.check(&headers).map_err(|reason| {
         tracing::warn!("refused request: {reason}");
         WireError::refused(StatusCode::FORBIDDEN, reason)
@@ -88,15 +85,7 @@ async fn read_message(
         return Err(too_large());
     }
     let claim = u32::try_from(declared.unwrap_or(limit).max(1)).unwrap_or(u32::MAX);
-    let _bytes = match tokio::time::timeout(
-        BUSY_WAIT,
-        endpoint.body_bytes.clone().acquire_many_owned(claim),
-    )
-    .await
-    {
-        Ok(Ok(bytes)) => bytes,
-        _ => return Err(WireError::busy()),
-    };
+    let _bytes = within_busy_wait(&endpoint.body_bytes, claim).await?;
     let wait = endpoint.options.body_read_timeout;
     let body = match tokio::time::timeout(wait, to_bytes(body, limit)).await {
         Ok(Ok(body)) => body,
@@ -110,6 +99,21 @@ async fn read_message(
         }
     };
     Incoming::parse(&body).map_err(|(id, e)| WireError::from(e).answering(id.as_ref()))
+}
+
+/// `permits` of `semaphore`, waiting up to [`BUSY_WAIT`] for them (HTTP 503 after that). Taken
+/// at once when free, which is the common case: no timer is armed then.
+async fn within_busy_wait(
+    semaphore: &Arc<Semaphore>,
+    permits: u32,
+) -> Result<OwnedSemaphorePermit, WireError> {
+    if let Ok(taken) = semaphore.clone().try_acquire_many_owned(permits) {
+        return Ok(taken);
+    }
+    match tokio::time::timeout(BUSY_WAIT, semaphore.clone().acquire_many_owned(permits)).await {
+        Ok(Ok(taken)) => Ok(taken),
+        _ => Err(WireError::busy()),
+    }
 }
 
 /// A modern-only server answers `initialize` with the versions it does support, so a legacy

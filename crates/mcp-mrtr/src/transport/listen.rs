@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -100,8 +100,11 @@ fn raise_open_file_limit() -> u64 {
 
 /// One open connection, as the accept loop sees it.
 struct Tracked {
-    /// Milliseconds since the registry's clock started, at the last byte read or written.
+    /// Milliseconds since the registry's clock started, at the last check that found bytes
+    /// moved (checks run every quarter of the idle timeout, at most every second).
     last_active: AtomicU64,
+    /// Set when a byte is read or written, cleared by the next check: no clock read per I/O.
+    moved: AtomicBool,
     /// Requests being handled (from their headers until their response body is sent).
     busy: AtomicUsize,
     /// Asks the connection to close once its current request, if any, is answered.
@@ -125,6 +128,7 @@ impl Registry {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let tracked = Arc::new(Tracked {
             last_active: AtomicU64::new(self.now()),
+            moved: AtomicBool::new(false),
             busy: AtomicUsize::new(0),
             close: Notify::new(),
         });
@@ -247,7 +251,6 @@ impl Served {
         let io = TokioIo::new(Watched {
             inner: stream,
             tracked: tracked.clone(),
-            registry: registry.clone(),
         });
         let service = {
             let (tracked, drain) = (tracked.clone(), drain.clone());
@@ -287,14 +290,18 @@ impl Served {
         let mut ticks = tokio::time::interval(check_every);
         let mut closing_since: Option<Instant> = None;
         let mut draining_since: Option<Instant> = None;
+        // Made once, not at every wake of the connection: each registers a waiter.
+        let close_asked = tracked.close.notified();
+        let drain_begun = drain.begun();
+        tokio::pin!(close_asked, drain_begun);
         loop {
             tokio::select! {
                 _ = served.as_mut() => break,
-                () = tracked.close.notified(), if closing_since.is_none() => {
+                () = &mut close_asked, if closing_since.is_none() => {
                     served.as_mut().graceful_shutdown();
                     closing_since = Some(Instant::now());
                 }
-                () = drain.begun(), if draining_since.is_none() => {
+                () = &mut drain_begun, if draining_since.is_none() => {
                     draining_since = Some(Instant::now());
                 }
                 _ = ticks.tick() => {
@@ -307,8 +314,17 @@ impl Served {
                     if closing_since.is_some() {
                         continue;
                     }
+                    let now = registry.now();
+                    if tracked.moved.swap(false, Ordering::Relaxed) {
+                        // Unless close_idlest already picked it (u64::MAX).
+                        let _ = tracked.last_active.fetch_update(
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                            |last| (last != u64::MAX).then_some(now),
+                        );
+                    }
                     let idle_for = if tracked.busy.load(Ordering::Acquire) == 0 {
-                        registry.now().saturating_sub(tracked.last_active.load(Ordering::Relaxed))
+                        now.saturating_sub(tracked.last_active.load(Ordering::Relaxed))
                     } else {
                         0
                     };
@@ -340,19 +356,16 @@ impl Drop for Busy {
     }
 }
 
-/// A socket that notes when it last moved a byte.
+/// A socket that notes when it moved a byte (for the idle check).
 struct Watched {
     inner: TcpStream,
     tracked: Arc<Tracked>,
-    registry: Arc<Registry>,
 }
 
 impl Watched {
     fn moved(&self, bytes: usize) {
         if bytes > 0 {
-            self.tracked
-                .last_active
-                .store(self.registry.now(), Ordering::Relaxed);
+            self.tracked.moved.store(true, Ordering::Relaxed);
         }
     }
 }
