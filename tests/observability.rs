@@ -161,14 +161,19 @@ async fn converse(session: &Session, movie_id: i64) -> String {
     state
 }
 
-#[tokio::test]
-async fn prometheus_reads_the_conversations_rounds_and_refusals_of_a_running_server() {
-    let server = MovieServer::start(Backend::Sqlite).await;
-    let target = server
+/// The `host:port` a server's MCP endpoint is on, where it also serves `/metrics`.
+fn host_of(server: &MovieServer) -> String {
+    server
         .url()
         .trim_start_matches("http://")
         .trim_end_matches("/mcp")
-        .to_owned();
+        .to_owned()
+}
+
+#[tokio::test]
+async fn prometheus_reads_the_conversations_rounds_and_refusals_of_a_running_server() {
+    let server = MovieServer::start(Backend::Sqlite).await;
+    let target = host_of(&server);
     let prometheus = Prometheus::scraping(&target, "/metrics").await;
     let alice = server.user("alice");
 
@@ -250,6 +255,44 @@ async fn prometheus_reads_the_conversations_rounds_and_refusals_of_a_running_ser
             "a renewed session did not expire"
         );
     }
+}
+
+/// A 2025-11-25 session kept busy still ends at its longest lifetime, and counts as expired.
+#[cfg(feature = "legacy")]
+#[tokio::test]
+async fn a_busy_legacy_session_ends_at_its_longest_lifetime_and_counts_as_expired() {
+    let launch = Launch::with_args(["--legacy-session-max-secs", "3"]);
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let target = host_of(&server);
+    let prometheus = Prometheus::scraping(&target, "/metrics").await;
+    let legacy = support::legacy::LegacyClient::new(server.url().to_owned(), None)
+        .initialize(json!({}))
+        .await;
+    let opened = std::time::Instant::now();
+    // Used twice a second, so it never idles; yet it ends.
+    let lasted = loop {
+        let listed = legacy.request("tools/list", json!({})).await;
+        if listed.status == 404 {
+            break opened.elapsed();
+        }
+        assert_eq!(listed.status, 200, "{:?}", listed.messages);
+        assert!(
+            opened.elapsed() < Duration::from_secs(20),
+            "the session outlived its longest lifetime of 3 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    // Ages are counted in whole seconds.
+    assert!(
+        lasted >= Duration::from_secs(2),
+        "the session ended after {lasted:?}, before its longest lifetime of 3 s"
+    );
+    prometheus
+        .expect("mcp_legacy_sessions_expired_total{store=\"memory\"}", 1.0)
+        .await;
+    prometheus
+        .expect("mcp_legacy_sessions_open{store=\"memory\"}", 0.0)
+        .await;
 }
 
 /// Continuations and legacy sessions in Redis expire without telling anyone: the replica counts

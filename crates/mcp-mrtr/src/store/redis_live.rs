@@ -43,7 +43,11 @@ impl LiveIndex {
 
     /// The shard key holding `member`.
     fn key(&self, member: &str) -> String {
-        let shard = member.bytes().fold(0u8, u8::wrapping_add) % SHARDS;
+        self.shard_key(member.bytes().fold(0u8, u8::wrapping_add) % SHARDS)
+    }
+
+    /// The key of shard `shard` (below [`SHARDS`]).
+    fn shard_key(&self, shard: u8) -> String {
         format!("{}{shard:x}", self.stem)
     }
 
@@ -79,7 +83,7 @@ impl LiveIndex {
     ) -> Result<(), StoreError> {
         let overdue = unix_millis(SystemTime::now()).saturating_sub(millis(CLOCK_SKEW));
         let shards = (0..SHARDS).map(|shard| async move {
-            let key = format!("{}{shard:x}", self.stem);
+            let key = self.shard_key(shard);
             let removing = redis::cmd("ZREMRANGEBYSCORE")
                 .arg(&key)
                 .arg("-inf")
