@@ -254,9 +254,18 @@ impl<K: Hash + Eq + Clone> Table<K> {
     where
         K: Borrow<Q>,
     {
-        let shard = self.shard(key);
+        let mut shard = self.shard(key);
         let entry = shard.entries.get(key)?;
-        (Instant::now() < entry.expires_at).then(|| (entry.owner.clone(), entry.payload.clone()))
+        if Instant::now() < entry.expires_at {
+            return Some((entry.owner.clone(), entry.payload.clone()));
+        }
+        // Read past its deadline: it lapsed unread. Gone now and counted at once, rather than
+        // when a later write happens to sweep it out.
+        let lapsed = shard.entries.remove(key)?;
+        drop(shard);
+        release(&mut lock(&self.owners), [lapsed.owner]);
+        self.count(0, 0, 1);
+        None
     }
 }
 
@@ -459,6 +468,27 @@ mod tests {
             "alice's oldest went"
         );
         assert!(store.take(alices[4_999]).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_session_read_past_its_deadline_is_counted_out_at_once() {
+        let store = MemoryStore::new(100, 10);
+        store
+            .write_session(&alice(), "left", b"l".to_vec(), Duration::from_millis(20))
+            .await
+            .unwrap();
+        assert_eq!(store.sessions.live.load(Ordering::Relaxed), 1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(store.read_session("left").await.unwrap(), None);
+        // No write came to sweep it out: the read did.
+        assert_eq!(store.sessions.live.load(Ordering::Relaxed), 0);
+        let held: usize = store
+            .sessions
+            .shards
+            .iter()
+            .map(|shard| shard.lock().unwrap().entries.len())
+            .sum();
+        assert_eq!(held, 0);
     }
 
     #[tokio::test]

@@ -62,12 +62,15 @@ fn index_script() -> redis::Script {
     redis::Script::new(&index_within_share("KEYS[1]", "ARGV[1]", ""))
 }
 
-/// On a single Redis server, where one script may touch any key: writes entry `KEYS[1]` with
-/// value `ARGV[1]` for `ARGV[2]` ms, records it in the owner's index `KEYS[2]`, deletes the
-/// entries evicted past the share and returns them. One command per write instead of three.
+/// On a single Redis (or Valkey) server, where a script may touch keys it did not declare:
+/// writes entry `KEYS[1]` with value `ARGV[1]` for `ARGV[2]` ms, records it in the owner's index
+/// `KEYS[2]`, deletes the entries evicted past the share and returns those that were still
+/// there. One command per write instead of three.
 fn put_script() -> redis::Script {
     let put = "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])";
-    let index = index_within_share("KEYS[2]", "KEYS[1]", "redis.call('DEL', earliest[i])");
+    // Only what was still there is returned: an entry already taken needs no more accounting.
+    let evict = "if redis.call('DEL', earliest[i]) == 0 then evicted[#evicted] = nil end";
+    let index = index_within_share("KEYS[2]", "KEYS[1]", evict);
     redis::Script::new(&format!("{put}{index}"))
 }
 

@@ -150,7 +150,13 @@ impl Registry {
         let idlest = open
             .values()
             .filter(|c| c.busy.load(Ordering::Acquire) == 0)
-            .min_by_key(|c| c.last_active.load(Ordering::Relaxed));
+            // One that moved bytes since its last check is not idle, whatever its stamp says.
+            .min_by_key(|c| {
+                (
+                    c.moved.load(Ordering::Relaxed),
+                    c.last_active.load(Ordering::Relaxed),
+                )
+            });
         if let Some(connection) = idlest {
             // Seen as active from now on, so the next call picks another one.
             connection.last_active.store(u64::MAX, Ordering::Relaxed);
