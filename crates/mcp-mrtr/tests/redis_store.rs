@@ -161,6 +161,7 @@ async fn past_its_share_an_owner_loses_only_its_own_oldest_entries_in_redis() {
         timeout: Duration::from_secs(1),
         cluster: false,
     };
+    let prefix = config.prefix.clone();
     let store = RedisStore::connect(config, 3).await.expect("Redis answers");
     let ttl = Duration::from_secs(60);
     let (flooder, neighbour) = (Owner::new("user:mallory"), Owner::new("address:127.0.0.2"));
@@ -188,6 +189,24 @@ async fn past_its_share_an_owner_loses_only_its_own_oldest_entries_in_redis() {
     assert_eq!(store.read_session("session-0").await.unwrap(), None);
     assert!(store.touch_session("session-3", ttl).await.unwrap());
     assert!(!store.touch_session("session-0", ttl).await.unwrap());
+
+    // The owners' indexes go away on their own, no later than their latest entries.
+    let client = redis::Client::open(shared_redis_url()).expect("a Redis URL");
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let indexes: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}owner:*"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(indexes.len(), 3, "{indexes:?}");
+    for index in indexes {
+        let left: i64 = redis::cmd("PTTL")
+            .arg(&index)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert!(left > 0 && left <= 60_000, "{index} expires in {left} ms");
+    }
 }
 
 #[tokio::test]

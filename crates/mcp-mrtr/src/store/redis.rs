@@ -49,8 +49,10 @@ if over > 0 then
     {evict}
   end
 end
-local last = redis.call('ZRANGE', {index}, -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', {index}, string.format('%.0f', math.ceil(tonumber(last[2]) / 1000)))
+-- The index lives at least as long as the entry just added, the latest of most.
+if redis.call('PTTL', {index}) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', {index}, ARGV[2])
+end
 return evicted
 "
     )
