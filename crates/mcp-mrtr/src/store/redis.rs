@@ -49,7 +49,7 @@ if over > 0 then
     {evict}
   end
 end
--- The index lives at least as long as the entry just added, the latest of most.
+-- The index lives at least as long as the entry just added (with equal lifetimes, the latest).
 if redis.call('PTTL', {index}) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', {index}, ARGV[2])
 end

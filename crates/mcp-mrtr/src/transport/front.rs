@@ -102,7 +102,7 @@ async fn read_message(
 }
 
 /// `permits` of `semaphore`, waiting up to [`BUSY_WAIT`] for them (HTTP 503 after that). Taken
-/// at once when free, which is the common case: no timer is armed then.
+/// at once when free, which is the common case: no timeout is built then.
 async fn within_busy_wait(
     semaphore: &Arc<Semaphore>,
     permits: u32,
