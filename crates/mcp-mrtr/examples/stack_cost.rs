@@ -1,16 +1,19 @@
 //! What this crate's HTTP stack costs per MRTR round trip in process, without sockets: the same
 //! two requests as `bench_mrtr`'s memory row (`tools/call` answered `input_required`, then the
 //! retry answered `complete`) sent through the router with `tower::ServiceExt::oneshot` on one
-//! thread, against a bare axum router answering fixed bytes. Prints microseconds per round trip
-//! for both and the ratio. Both figures include building the requests and reading the answers,
-//! and one thread has none of a real server's cross-thread wake-ups.
+//! thread, against a bare axum router answering fixed bytes. Prints microseconds and heap
+//! allocations per round trip for both, and the time ratio. Both figures include building the
+//! requests and reading the answers (the same work on both sides), and one thread has none of a
+//! real server's cross-thread wake-ups.
 //!
 //! ```sh
 //! cargo run --release -p mcp-mrtr --example stack_cost -- 200000
 //! ```
 
+use std::alloc::{GlobalAlloc, Layout};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use axum::body::Body;
@@ -26,7 +29,38 @@ use serde_json::json;
 use tower::ServiceExt as _;
 
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: Counting = Counting(mimalloc::MiMalloc);
+
+/// mimalloc, counting allocations so the example can print how many a round trip makes.
+struct Counting(mimalloc::MiMalloc);
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is passed on unchanged to mimalloc, which upholds `GlobalAlloc`'s contract.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's guarantees are passed on.
+        unsafe { self.0.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's guarantees are passed on.
+        unsafe { self.0.dealloc(ptr, layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's guarantees are passed on.
+        unsafe { self.0.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's guarantees are passed on.
+        unsafe { self.0.realloc(ptr, layout, new_size) }
+    }
+}
 
 const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}"#;
 const TOOL: &str = "test_input_required_result_elicitation";
@@ -74,7 +108,9 @@ fn state_of(body: &[u8]) -> String {
         .to_owned()
 }
 
-async fn round_trips(router: &axum::Router, n: u64) -> f64 {
+/// Microseconds and allocations (reallocations included) per round trip.
+async fn round_trips(router: &axum::Router, n: u64) -> (f64, f64) {
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed);
     let started = Instant::now();
     for _ in 0..n {
         let first = send(router, call(None)).await;
@@ -82,10 +118,12 @@ async fn round_trips(router: &axum::Router, n: u64) -> f64 {
         let last = send(router, call(Some(&state))).await;
         assert!(last.windows(13).any(|w| w == b"Hello, bench!"));
     }
-    started.elapsed().as_secs_f64() * 1e6 / n as f64
+    let elapsed = started.elapsed().as_secs_f64();
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - allocations;
+    (elapsed * 1e6 / n as f64, allocations as f64 / n as f64)
 }
 
-fn bare() -> axum::Router {
+fn bare_router() -> axum::Router {
     let state = "A".repeat(150);
     let input_required = format!(
         r#"{{"jsonrpc":"2.0","id":1,"result":{{"resultType":"input_required","inputRequests":{{"user_name":{{"method":"elicitation/create","params":{{"mode":"form","message":"What is your name?","requestedSchema":{{"properties":{{"name":{{"description":"Your name","type":"string"}}}},"required":["name"],"type":"object"}}}}}}}},"requestState":"{state}"}}}}"#
@@ -136,7 +174,7 @@ async fn main() -> anyhow::Result<()> {
         loopback: true,
         ..Settings::default()
     };
-    let ours = service::router(
+    let stack = service::router(
         &settings,
         registry,
         info,
@@ -144,21 +182,23 @@ async fn main() -> anyhow::Result<()> {
         Arc::new(AnonymousOnly),
     )
     .await?;
-    let floor = bare();
-    round_trips(&ours, n / 10).await;
-    round_trips(&floor, n / 10).await;
-    let (mut ours_us, mut floor_us) = (Vec::new(), Vec::new());
+    let bare = bare_router();
+    round_trips(&stack, n / 10).await;
+    round_trips(&bare, n / 10).await;
+    let (mut ours, mut floor) = (Vec::new(), Vec::new());
     for _ in 0..5 {
-        floor_us.push(round_trips(&floor, n / 5).await);
-        ours_us.push(round_trips(&ours, n / 5).await);
+        floor.push(round_trips(&bare, n / 5).await);
+        ours.push(round_trips(&stack, n / 5).await);
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
+    let median = |v: &mut Vec<(f64, f64)>| {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
         v[v.len() / 2]
     };
-    let (ours_us, floor_us) = (median(&mut ours_us), median(&mut floor_us));
+    let ((ours_us, ours_allocs), (floor_us, floor_allocs)) =
+        (median(&mut ours), median(&mut floor));
     println!(
-        "in process, per round trip: bare axum {floor_us:.2} us, mcp-mrtr {ours_us:.2} us ({:.2}x)",
+        "in process, per round trip: bare axum {floor_us:.2} us, mcp-mrtr {ours_us:.2} us ({:.2}x); \
+         allocations: bare axum {floor_allocs:.0}, mcp-mrtr {ours_allocs:.0}",
         ours_us / floor_us
     );
     Ok(())

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
+use tokio::sync::watch;
 
 use super::redis_connection::{RedisConnection, RedisStoreConfig, connect, query};
 use super::redis_live::{DEFAULT_SWEEP_EVERY, LiveIndex, sweep_forever};
@@ -115,6 +116,8 @@ pub struct RedisStore {
 struct Live {
     continuations: LiveIndex,
     sessions: LiveIndex,
+    /// How often the sweep runs; the one sweep task of the store's life follows it.
+    pace: watch::Sender<Duration>,
     sweeping: tokio::task::AbortHandle,
 }
 
@@ -122,28 +125,20 @@ impl Live {
     fn start(connection: &RedisConnection, config: &RedisStoreConfig, every: Duration) -> Self {
         let continuations = LiveIndex::new(&config.prefix, "continuations", Held::Continuations);
         let sessions = LiveIndex::new(&config.prefix, "sessions", Held::Sessions);
-        let sweeping = Self::sweep(connection, config.timeout, &continuations, &sessions, every);
+        let (pace, paced) = watch::channel(every);
+        let sweeping = tokio::spawn(sweep_forever(
+            connection.clone(),
+            config.timeout,
+            vec![continuations.clone(), sessions.clone()],
+            paced,
+        ))
+        .abort_handle();
         Self {
             continuations,
             sessions,
+            pace,
             sweeping,
         }
-    }
-
-    fn sweep(
-        connection: &RedisConnection,
-        timeout: Duration,
-        continuations: &LiveIndex,
-        sessions: &LiveIndex,
-        every: Duration,
-    ) -> tokio::task::AbortHandle {
-        tokio::spawn(sweep_forever(
-            connection.clone(),
-            timeout,
-            vec![continuations.clone(), sessions.clone()],
-            every.max(Duration::from_millis(10)),
-        ))
-        .abort_handle()
     }
 }
 
@@ -177,16 +172,9 @@ impl RedisStore {
 
     /// Counts the live continuations and sessions, and those that lapsed, every `every` (15 s by
     /// default): how fresh `mcp_continuations_pending` and `mcp_legacy_sessions_open` are.
-    pub fn sweeping_every(mut self, every: Duration) -> Self {
-        if let Some(live) = &mut self.live {
-            live.sweeping.abort();
-            live.sweeping = Live::sweep(
-                &self.connection,
-                self.timeout,
-                &live.continuations,
-                &live.sessions,
-                every,
-            );
+    pub fn sweeping_every(self, every: Duration) -> Self {
+        if let Some(live) = &self.live {
+            live.pace.send_replace(every);
         }
         self
     }

@@ -13,6 +13,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::join_all;
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::StoreError;
 use super::redis_connection::{RedisConnection, query};
@@ -123,24 +125,44 @@ impl LiveIndex {
     }
 }
 
-/// Sweeps `indexes` every `every` until aborted.
+/// Sweeps `indexes` at once, then every `pace` (which may change while it runs), until aborted
+/// or until the pace's sender is gone.
 pub(super) async fn sweep_forever(
     connection: RedisConnection,
     timeout: Duration,
     indexes: Vec<LiveIndex>,
-    every: Duration,
+    mut pace: watch::Receiver<Duration>,
 ) {
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = sweep_ticks(*pace.borrow_and_update(), Instant::now());
     loop {
-        ticks.tick().await;
-        for index in &indexes {
-            if let Err(e) = index.sweep(&connection, timeout).await {
-                // The counts wait for the next sweep; the store's own calls report the outage.
-                tracing::debug!("sweeping {}: {e}", index.stem);
+        tokio::select! {
+            _ = ticks.tick() => {
+                for index in &indexes {
+                    if let Err(e) = index.sweep(&connection, timeout).await {
+                        // The counts wait for the next sweep; the store's own calls report the
+                        // outage.
+                        tracing::debug!("sweeping {}: {e}", index.stem);
+                    }
+                }
+            }
+            changed = pace.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                // The sweep at start has run (or runs now); the next comes one new pace later.
+                let every = *pace.borrow_and_update();
+                ticks = sweep_ticks(every, Instant::now() + every);
             }
         }
     }
+}
+
+/// Ticks every `every` (at least 10 ms) from `start`, a late tick delaying the ones after it.
+fn sweep_ticks(every: Duration, start: Instant) -> tokio::time::Interval {
+    let every = every.max(Duration::from_millis(10));
+    let mut ticks = tokio::time::interval_at(start, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks
 }
 
 /// The Unix time in milliseconds `ttl` from now.
