@@ -51,20 +51,8 @@ async fn on_a_redis_cluster_calls_resume_anywhere_once_and_shares_and_messages_h
     );
 
     // Conversations spread over every master's slots, each answered on the other server.
-    let answers = json!({"user_name": accept(json!({"name": "Ada"}))});
     for _ in 0..20 {
-        let round1 = first.client().call_tool("greet", json!({})).await;
-        let state = round1.request_state();
-        let round2 = second
-            .client()
-            .retry("greet", json!({}), answers.clone(), Some(&state))
-            .await;
-        assert_eq!(round2.text(), "Hello, Ada!");
-        let replay = first
-            .client()
-            .retry("greet", json!({}), answers.clone(), Some(&state))
-            .await;
-        assert_eq!(replay.error_code(), -32602, "a state is used once");
+        converse_across(&first, &second).await;
     }
 
     // An owner past its share loses its own oldest entries, whatever node they live on.
@@ -75,9 +63,75 @@ async fn on_a_redis_cluster_calls_resume_anywhere_once_and_shares_and_messages_h
     let left = support::redis::flood_and_take_back(&store, &owner, 6).await;
     assert_eq!(left, [false, false, false, true, true, true]);
 
+    // The URL of one node, not said to be a cluster, reaches every master's slots all the same.
+    let one_node = RedisStoreConfig {
+        url: cluster.one_url(),
+        cluster: false,
+        ..config_of(&cluster)
+    };
+    let store = RedisStore::connect(one_node, 3)
+        .await
+        .expect("the node answers");
+    let left = support::redis::flood_and_take_back(&store, &owner, 6).await;
+    assert_eq!(left, [false, false, false, true, true, true]);
+
     // A message published through one relay reaches every relay.
-    let config = config_of(&cluster);
-    let mut relays = two_relays(&config).await;
+    relays_reach_each_other(&config_of(&cluster)).await;
+}
+
+/// A single URL naming a node of a Redis Cluster is served as the cluster, without being told: on
+/// a node that serves every slot, the single-server script (which names an entry and its owner's
+/// index, two slots) would be refused with CROSSSLOT and every call that parks would fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_url_naming_a_cluster_node_is_served_as_the_cluster() {
+    let cluster = RedisCluster::one_node();
+    let config = RedisStoreConfig {
+        cluster: false,
+        ..config_of(&cluster)
+    };
+    assert!(
+        !config.is_cluster(),
+        "one URL, and not said to be a cluster"
+    );
+
+    let store = RedisStore::connect(config.clone(), 3)
+        .await
+        .expect("the node answers");
+    let owner = Owner::new("user:mallory");
+    let left = support::redis::flood_and_take_back(&store, &owner, 6).await;
+    assert_eq!(left, [false, false, false, true, true, true]);
+
+    let keys = StateSealer::generate_spec("one-node");
+    let (first, second) = (
+        server_on(&cluster, &keys).await,
+        server_on(&cluster, &keys).await,
+    );
+    for _ in 0..5 {
+        converse_across(&first, &second).await;
+    }
+    relays_reach_each_other(&config).await;
+}
+
+/// A conversation started on `first` and answered on `second`; its state cannot be used again.
+async fn converse_across(first: &TestServer, second: &TestServer) {
+    let answers = json!({"user_name": accept(json!({"name": "Ada"}))});
+    let round1 = first.client().call_tool("greet", json!({})).await;
+    let state = round1.request_state();
+    let round2 = second
+        .client()
+        .retry("greet", json!({}), answers.clone(), Some(&state))
+        .await;
+    assert_eq!(round2.text(), "Hello, Ada!");
+    let replay = first
+        .client()
+        .retry("greet", json!({}), answers, Some(&state))
+        .await;
+    assert_eq!(replay.error_code(), -32602, "a state is used once");
+}
+
+/// A message published through one of two relays reaches both.
+async fn relays_reach_each_other(config: &RedisStoreConfig) {
+    let mut relays = two_relays(config).await;
     let heard = relays[0].publish(b"changed").await.expect("published");
     assert_eq!(heard, 2, "both relays subscribe on the channel's shard");
     for relay in &mut relays {

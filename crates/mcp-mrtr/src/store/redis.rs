@@ -153,7 +153,7 @@ impl RedisStore {
     /// continuations (and, apart, `share` sessions).
     pub async fn connect(config: RedisStoreConfig, share: u64) -> Result<Self, StoreError> {
         let connected = connect(&config).await?;
-        let one_script_puts = !config.is_cluster();
+        let one_script_puts = !connected.is_cluster();
         let live = observe::enabled()
             .then(|| Live::start(&connected.connection, &config, DEFAULT_SWEEP_EVERY));
         Ok(Self {

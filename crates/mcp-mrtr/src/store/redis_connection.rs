@@ -27,7 +27,8 @@ pub struct RedisStoreConfig {
     pub prefix: String,
     /// Longest any one Redis call may take before the request fails.
     pub timeout: Duration,
-    /// Whether `url` names a Redis Cluster even when it lists a single node.
+    /// Whether `url` names a Redis Cluster even when it lists a single node. Without it, a single
+    /// node that says it runs in cluster mode is connected to as a cluster anyway.
     pub cluster: bool,
 }
 
@@ -41,7 +42,8 @@ impl RedisStoreConfig {
             .collect()
     }
 
-    /// Whether this is a Redis Cluster: several nodes listed, or said so.
+    /// Whether this is said to be a Redis Cluster: several nodes listed, or the flag set. (A single
+    /// node may still turn out to be one when connecting: [`Connected::is_cluster`].)
     pub fn is_cluster(&self) -> bool {
         self.cluster || self.nodes().len() > 1
     }
@@ -167,7 +169,16 @@ pub struct Connected {
     pub nodes: Vec<redis::Client>,
 }
 
-/// Connects, failing at once if Redis cannot be reached now.
+impl Connected {
+    /// Whether the commands go to a Redis Cluster: listed as one, or found to be one.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.connection, RedisConnection::Cluster(_))
+    }
+}
+
+/// Connects, failing at once if Redis cannot be reached now. A single URL that names a node of a
+/// Redis Cluster is connected to as a cluster: its slots may be spread over other nodes, and even
+/// when they are not, a command or script that names keys of two slots is refused there.
 pub async fn connect(config: &RedisStoreConfig) -> Result<Connected, StoreError> {
     let nodes = config
         .nodes()
@@ -180,34 +191,53 @@ pub async fn connect(config: &RedisStoreConfig) -> Result<Connected, StoreError>
     };
     let opening = async {
         if config.is_cluster() {
-            let urls = config.nodes();
-            let client = redis::cluster::ClusterClient::builder(urls)
-                .connection_timeout(config.timeout)
-                .response_timeout(config.timeout)
-                .build()?;
-            let connection = client.get_async_connection().await?;
-            Ok(RedisConnection::Cluster(Arc::new(Cluster {
-                client,
-                current: Mutex::new(connection),
-                rediscovering: AtomicBool::new(false),
-                last_rediscovery: AtomicU64::new(0),
-                clock: Instant::now(),
-            })))
-        } else {
-            let manager_config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(config.timeout))
-                .set_response_timeout(Some(config.timeout))
-                .set_number_of_retries(1)
-                .set_max_delay(Duration::from_millis(500));
-            let manager = ConnectionManager::new_with_config(first.clone(), manager_config).await?;
-            Ok(RedisConnection::Single(manager))
+            return open_cluster(config).await;
         }
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.timeout))
+            .set_response_timeout(Some(config.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let manager = ConnectionManager::new_with_config(first.clone(), manager_config).await?;
+        if is_cluster_node(&manager).await {
+            tracing::info!(
+                "the Redis URL names a node of a Redis Cluster: connecting to the cluster"
+            );
+            return open_cluster(config).await;
+        }
+        Ok(RedisConnection::Single(manager))
     };
     let connection = tokio::time::timeout(config.timeout * 3, opening)
         .await
         .map_err(|_| StoreError("timed out connecting to Redis".into()))?
         .map_err(|e: redis::RedisError| StoreError(e.to_string()))?;
     Ok(Connected { connection, nodes })
+}
+
+/// A connection to the cluster the listed nodes belong to (the client finds the other nodes).
+async fn open_cluster(config: &RedisStoreConfig) -> redis::RedisResult<RedisConnection> {
+    let client = redis::cluster::ClusterClient::builder(config.nodes())
+        .connection_timeout(config.timeout)
+        .response_timeout(config.timeout)
+        .build()?;
+    let connection = client.get_async_connection().await?;
+    Ok(RedisConnection::Cluster(Arc::new(Cluster {
+        client,
+        current: Mutex::new(connection),
+        rediscovering: AtomicBool::new(false),
+        last_rediscovery: AtomicU64::new(0),
+        clock: Instant::now(),
+    })))
+}
+
+/// Whether the server says it runs in cluster mode. A server (or proxy) that does not answer
+/// `INFO cluster` is taken for a single server.
+async fn is_cluster_node(manager: &ConnectionManager) -> bool {
+    let info = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async::<String>(&mut manager.clone())
+        .await;
+    info.is_ok_and(|info| info.lines().any(|line| line.trim() == "cluster_enabled:1"))
 }
 
 /// Runs one command, failing when Redis errs or does not answer within `timeout`.

@@ -42,7 +42,7 @@ impl RedisEventRelay {
         let connected = connect(config).await?;
         let channel = format!("{}{topic}", config.prefix);
         let (deliver, incoming) = mpsc::channel(INCOMING_BUFFER);
-        let sharded = config.is_cluster();
+        let sharded = connected.is_cluster();
         if sharded {
             super::redis_sharded::relay(config, &channel, deliver).await?;
         } else {

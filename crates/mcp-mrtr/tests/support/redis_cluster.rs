@@ -1,6 +1,6 @@
 //! A Redis Cluster of the test's own: six `redis-server` processes (three masters, each with a
 //! replica) on free ports, joined with `redis-cli --cluster create`, whose masters a test can kill
-//! to see a failover.
+//! to see a failover; or a single node that serves every slot.
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
@@ -20,10 +20,12 @@ struct Node {
     child: Option<Child>,
 }
 
-/// Six nodes forming one cluster; every process is killed, and its folder removed, on drop.
+/// Nodes forming one cluster; every process is killed, and its folder removed, on drop.
 pub struct RedisCluster {
     nodes: Vec<Node>,
     dir: PathBuf,
+    /// How many masters the cluster has when it is whole.
+    expected_masters: usize,
 }
 
 /// A port that is free, and whose cluster bus port (10000 above it) is free too.
@@ -39,14 +41,52 @@ fn free_node_port() -> u16 {
 }
 
 impl RedisCluster {
+    /// Six nodes: three masters, each with a replica.
     pub fn start() -> Self {
+        let cluster = Self::spawn(6, 3);
+        let addresses: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port))
+            .collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli is installed");
+        assert!(
+            created.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+        cluster.wait_until_settled();
+        cluster
+    }
+
+    /// One node in cluster mode that serves every slot (`redis-cli --cluster create` wants three).
+    pub fn one_node() -> Self {
+        let cluster = Self::spawn(1, 1);
+        let assigned = cluster.cli(
+            cluster.nodes[0].port,
+            &["cluster", "addslotsrange", "0", "16383"],
+        );
+        assert_eq!(assigned.trim(), "OK", "CLUSTER ADDSLOTSRANGE failed");
+        cluster.wait_until_settled();
+        cluster
+    }
+
+    /// Starts `count` nodes in cluster mode, not yet joined, and waits until each accepts
+    /// connections.
+    fn spawn(count: usize, expected_masters: usize) -> Self {
         let dir = std::env::temp_dir().join(format!("mcp-redis-cluster-{}", random_hex(8)));
         std::fs::create_dir_all(&dir).expect("create the cluster's folder");
         let mut cluster = Self {
             nodes: Vec::new(),
             dir,
+            expected_masters,
         };
-        for _ in 0..6 {
+        for _ in 0..count {
             let port = free_node_port();
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -78,23 +118,6 @@ impl RedisCluster {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        let addresses: Vec<String> = cluster
-            .nodes
-            .iter()
-            .map(|node| format!("127.0.0.1:{}", node.port))
-            .collect();
-        let created = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addresses)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .expect("redis-cli is installed");
-        assert!(
-            created.status.success(),
-            "redis-cli --cluster create failed: {}",
-            String::from_utf8_lossy(&created.stdout)
-        );
-        cluster.wait_until_settled();
         cluster
     }
 
@@ -106,6 +129,13 @@ impl RedisCluster {
             .map(|node| format!("redis://127.0.0.1:{}", node.port))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// The URL of one live node only.
+    pub fn one_url(&self) -> String {
+        let live = self.nodes.iter().find(|node| node.child.is_some());
+        let port = live.map(|node| node.port).expect("a live node");
+        format!("redis://127.0.0.1:{port}")
     }
 
     fn cli(&self, port: u16, args: &[&str]) -> String {
@@ -178,7 +208,7 @@ impl RedisCluster {
                     self.cli(node.port, &["cluster", "info"])
                         .contains("cluster_state:ok")
                 });
-            if settled && self.masters().len() == 3 {
+            if settled && self.masters().len() == self.expected_masters {
                 return;
             }
             assert!(
