@@ -36,7 +36,7 @@ pub struct ServeArgs {
     pub redis_url: Option<String>,
 
     /// The Redis URL names a Redis Cluster (implied when it lists several nodes,
-    /// comma-separated).
+    /// comma-separated, or when its one node says it runs in cluster mode).
     #[arg(long, env = "REDIS_CLUSTER")]
     pub redis_cluster: bool,
 

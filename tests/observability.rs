@@ -367,6 +367,45 @@ async fn prometheus_reads_what_the_redis_store_holds_and_what_lapsed_in_it() {
     }
 }
 
+/// A replica counts what Redis already holds as soon as it starts, however long its pace between
+/// sweeps: restarted under a pace of an hour, it reads the two conversations left waiting at once.
+#[tokio::test]
+async fn a_replica_counts_what_redis_holds_as_soon_as_it_starts() {
+    use support::cluster::{Replicas, SharedSettings};
+    let mut settings = SharedSettings::new(support::net::shared_redis_url());
+    settings.extra_env = vec![("MOVIEDB_REDIS_COUNT_SECS".into(), "3600".into())];
+    let mut replicas = Replicas::start_with(1, settings).await;
+    let alice = replicas.session(1, "alice");
+    for movie_id in [6, 7] {
+        ask(&alice, movie_id).await;
+    }
+    replicas.replica(1).terminate().await;
+    replicas.restart(1).await;
+
+    let metrics = format!("http://{}/metrics", replicas.addresses()[0]);
+    let series = "mcp_continuations_pending{store=\"redis\"} ";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut last = String::new();
+    while tokio::time::Instant::now() < deadline {
+        let text = reqwest::get(&metrics)
+            .await
+            .expect("metrics answer")
+            .text()
+            .await
+            .expect("metrics text");
+        last = text
+            .lines()
+            .find_map(|line| line.strip_prefix(series))
+            .unwrap_or("absent")
+            .to_owned();
+        if last == "2" {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the restarted replica counted {last} pending conversations, not the 2 waiting");
+}
+
 #[tokio::test]
 async fn metrics_can_move_to_an_address_of_their_own() {
     let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));

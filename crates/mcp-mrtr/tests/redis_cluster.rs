@@ -1,7 +1,8 @@
 //! The stores on a real Redis Cluster (six `redis-server` processes, three masters with a replica
 //! each): calls resume across servers, a state is used once, shares hold, messages reach every
 //! replica, and a master's death costs at most the continuations it had not replicated yet, which
-//! are answered with the clear "start over" error, never run twice.
+//! are answered with the clear "start over" error, never run twice. And a single URL naming a
+//! cluster node (of that cluster, or of a one-node cluster) is served as the cluster.
 
 mod support;
 
@@ -76,7 +77,7 @@ async fn on_a_redis_cluster_calls_resume_anywhere_once_and_shares_and_messages_h
     assert_eq!(left, [false, false, false, true, true, true]);
 
     // A message published through one relay reaches every relay.
-    relays_reach_each_other(&config_of(&cluster)).await;
+    relays_reach_each_other(&config_of(&cluster), &cluster).await;
 }
 
 /// A single URL naming a node of a Redis Cluster is served as the cluster, without being told: on
@@ -101,6 +102,17 @@ async fn a_single_url_naming_a_cluster_node_is_served_as_the_cluster() {
     let left = support::redis::flood_and_take_back(&store, &owner, 6).await;
     assert_eq!(left, [false, false, false, true, true, true]);
 
+    // A user whose ACL refuses `INFO` (managed services often refuse `@dangerous`) too.
+    let without_info = RedisStoreConfig {
+        url: cluster.one_url_as("no-info", "-info"),
+        ..config.clone()
+    };
+    let store = RedisStore::connect(without_info, 3)
+        .await
+        .expect("the node answers");
+    let left = support::redis::flood_and_take_back(&store, &owner, 6).await;
+    assert_eq!(left, [false, false, false, true, true, true]);
+
     let keys = StateSealer::generate_spec("one-node");
     let (first, second) = (
         server_on(&cluster, &keys).await,
@@ -109,7 +121,7 @@ async fn a_single_url_naming_a_cluster_node_is_served_as_the_cluster() {
     for _ in 0..5 {
         converse_across(&first, &second).await;
     }
-    relays_reach_each_other(&config).await;
+    relays_reach_each_other(&config, &cluster).await;
 }
 
 /// A conversation started on `first` and answered on `second`; its state cannot be used again.
@@ -129,11 +141,16 @@ async fn converse_across(first: &TestServer, second: &TestServer) {
     assert_eq!(replay.error_code(), -32602, "a state is used once");
 }
 
-/// A message published through one of two relays reaches both.
-async fn relays_reach_each_other(config: &RedisStoreConfig) {
+/// A message published through one of two relays reaches both, over sharded pub/sub.
+async fn relays_reach_each_other(config: &RedisStoreConfig, cluster: &RedisCluster) {
     let mut relays = two_relays(config).await;
+    let channel = relays[0].channel().to_owned();
+    assert!(
+        cluster.shard_channels(&channel).contains(&channel),
+        "the relays subscribe to {channel} on its slot's shard"
+    );
     let heard = relays[0].publish(b"changed").await.expect("published");
-    assert_eq!(heard, 2, "both relays subscribe on the channel's shard");
+    assert_eq!(heard, 2, "both relays hear it");
     for relay in &mut relays {
         let message = tokio::time::timeout(Duration::from_secs(5), relay.next_message()).await;
         assert_eq!(message.ok().flatten().as_deref(), Some(&b"changed"[..]));

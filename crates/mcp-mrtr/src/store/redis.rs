@@ -174,7 +174,9 @@ impl RedisStore {
     /// default): how fresh `mcp_continuations_pending` and `mcp_legacy_sessions_open` are.
     pub fn sweeping_every(self, every: Duration) -> Self {
         if let Some(live) = &self.live {
-            live.pace.send_replace(every);
+            // An unchanged pace leaves the next sweep where it was.
+            live.pace
+                .send_if_modified(|pace| std::mem::replace(pace, every) != every);
         }
         self
     }

@@ -1,6 +1,7 @@
-//! How the stores reach Redis: one server, or a Redis Cluster when the URL lists several nodes
-//! (or the configuration says so). Either way a [`RedisConnection`] reconnects by itself, and
-//! every call through [`query`] is bounded by a timeout.
+//! How the stores reach Redis: one server, or a Redis Cluster when the URL lists several nodes,
+//! the configuration says so, or the one node listed says it runs in cluster mode. Either way a
+//! [`RedisConnection`] reconnects by itself, and every call through [`query`] is bounded by a
+//! timeout.
 //!
 //! On a cluster, the client follows redirections, but a master that died before its replica took
 //! over leaves it retrying the dead address. So a failing or silent call makes the connection
@@ -200,9 +201,13 @@ pub async fn connect(config: &RedisStoreConfig) -> Result<Connected, StoreError>
             .set_max_delay(Duration::from_millis(500));
         let manager = ConnectionManager::new_with_config(first.clone(), manager_config).await?;
         if is_cluster_node(&manager).await {
-            tracing::info!(
-                "the Redis URL names a node of a Redis Cluster: connecting to the cluster"
-            );
+            // Said once, though the stores, the event relay and a cache each connect.
+            static SAID: AtomicBool = AtomicBool::new(false);
+            if !SAID.swap(true, Ordering::Relaxed) {
+                tracing::info!(
+                    "the Redis URL names a node of a Redis Cluster: connecting to the cluster"
+                );
+            }
             return open_cluster(config).await;
         }
         Ok(RedisConnection::Single(manager))
@@ -230,14 +235,23 @@ async fn open_cluster(config: &RedisStoreConfig) -> redis::RedisResult<RedisConn
     })))
 }
 
-/// Whether the server says it runs in cluster mode. A server (or proxy) that does not answer
-/// `INFO cluster` is taken for a single server.
+/// Whether the server says it runs in cluster mode: `INFO cluster`, or, for a user whose ACL
+/// refuses `INFO` (it is in `@dangerous`), whether `CLUSTER INFO` answers, which only a cluster
+/// node does. A server that answers neither is taken for a single server.
 async fn is_cluster_node(manager: &ConnectionManager) -> bool {
+    let mut connection = manager.clone();
     let info = redis::cmd("INFO")
         .arg("cluster")
-        .query_async::<String>(&mut manager.clone())
+        .query_async::<String>(&mut connection)
         .await;
-    info.is_ok_and(|info| info.lines().any(|line| line.trim() == "cluster_enabled:1"))
+    match info {
+        Ok(info) => info.lines().any(|line| line.trim() == "cluster_enabled:1"),
+        Err(_) => redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async::<String>(&mut connection)
+            .await
+            .is_ok(),
+    }
 }
 
 /// Runs one command, failing when Redis errs or does not answer within `timeout`.

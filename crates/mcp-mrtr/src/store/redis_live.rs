@@ -125,44 +125,35 @@ impl LiveIndex {
     }
 }
 
-/// Sweeps `indexes` at once, then every `pace` (which may change while it runs), until aborted
-/// or until the pace's sender is gone.
+/// Sweeps `indexes` at once, then `pace` after each sweep ended (the pace may change meanwhile:
+/// the next sweep is then due one new pace after the last), until aborted or until the pace's
+/// sender is gone.
 pub(super) async fn sweep_forever(
     connection: RedisConnection,
     timeout: Duration,
     indexes: Vec<LiveIndex>,
     mut pace: watch::Receiver<Duration>,
 ) {
-    let mut ticks = sweep_ticks(*pace.borrow_and_update(), Instant::now());
     loop {
-        tokio::select! {
-            _ = ticks.tick() => {
-                for index in &indexes {
-                    if let Err(e) = index.sweep(&connection, timeout).await {
-                        // The counts wait for the next sweep; the store's own calls report the
-                        // outage.
-                        tracing::debug!("sweeping {}: {e}", index.stem);
+        for index in &indexes {
+            if let Err(e) = index.sweep(&connection, timeout).await {
+                // The counts wait for the next sweep; the store's own calls report the outage.
+                tracing::debug!("sweeping {}: {e}", index.stem);
+            }
+        }
+        let swept = Instant::now();
+        loop {
+            let every = (*pace.borrow_and_update()).max(Duration::from_millis(10));
+            tokio::select! {
+                () = tokio::time::sleep_until(swept + every) => break,
+                changed = pace.changed() => {
+                    if changed.is_err() {
+                        return;
                     }
                 }
             }
-            changed = pace.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                // The sweep at start has run (or runs now); the next comes one new pace later.
-                let every = *pace.borrow_and_update();
-                ticks = sweep_ticks(every, Instant::now() + every);
-            }
         }
     }
-}
-
-/// Ticks every `every` (at least 10 ms) from `start`, a late tick delaying the ones after it.
-fn sweep_ticks(every: Duration, start: Instant) -> tokio::time::Interval {
-    let every = every.max(Duration::from_millis(10));
-    let mut ticks = tokio::time::interval_at(start, every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks
 }
 
 /// The Unix time in milliseconds `ttl` from now.

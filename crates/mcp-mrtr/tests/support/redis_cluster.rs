@@ -138,6 +138,28 @@ impl RedisCluster {
         format!("redis://127.0.0.1:{port}")
     }
 
+    /// The URL of one live node only, as `user` (made on every node, with `user` for password,
+    /// allowed everything but `refused`, such as `-info`).
+    pub fn one_url_as(&self, user: &str, refused: &str) -> String {
+        let password = format!(">{user}");
+        for node in self.nodes.iter().filter(|node| node.child.is_some()) {
+            let made = self.cli(
+                node.port,
+                &[
+                    "acl", "setuser", user, "on", &password, "~*", "&*", "+@all", refused,
+                ],
+            );
+            assert_eq!(made.trim(), "OK", "ACL SETUSER failed");
+        }
+        self.one_url()
+            .replace("redis://", &format!("redis://{user}:{user}@"))
+    }
+
+    /// The shard channels with subscribers on the master of `channel`'s slot.
+    pub fn shard_channels(&self, channel: &str) -> String {
+        self.cli(self.master_of(channel), &["pubsub", "shardchannels"])
+    }
+
     fn cli(&self, port: u16, args: &[&str]) -> String {
         let output = Command::new("redis-cli")
             .args(["-p", &port.to_string()])
