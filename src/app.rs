@@ -28,11 +28,17 @@ pub async fn check_redis(args: &ServeArgs) -> anyhow::Result<()> {
     let Some(config) = args.redis() else {
         return Ok(());
     };
+    let tls_hint = if config.url.contains("rediss://") {
+        " (over TLS, its certificate must check out against the system's certificate \
+         authorities or those in the file SSL_CERT_FILE names)"
+    } else {
+        ""
+    };
     match mcp_mrtr::store::connect_redis(&config).await {
         Ok(_) => Ok(()),
         Err(e) => anyhow::bail!(
             "cannot reach Redis at {} ({e}): set REDIS_URL (or --redis-url) to a Redis that \
-             answers, or unset it to keep continuations and sessions in this process",
+             answers{tls_hint}, or unset it to keep continuations and sessions in this process",
             crate::moviedb::catalogue::redact(&config.url)
         ),
     }

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::cluster::{Launcher, Replicas};
+use support::cluster::{Launcher, Replicas, SharedSettings};
 use support::net::shared_redis_url;
 use support::redis::PrivateRedis;
 use support::{EventStream, Reply, ServerOptions, TestServer, accept};
@@ -107,10 +107,34 @@ async fn on_a_redis_cluster_each_round_can_land_on_a_different_replica() {
     rounds_land_anywhere(redis.url()).await;
 }
 
+/// Replicas reach a Redis that speaks only TLS (`rediss://`), verifying its certificate against
+/// the authorities they trust (the system's, or those in `SSL_CERT_FILE`): with its authority's
+/// file they resume each other's calls through it; without, a replica refuses to start and says
+/// why.
+#[tokio::test]
+async fn over_tls_each_round_can_land_on_a_different_replica_and_an_unknown_authority_is_refused() {
+    let redis = support::tls_redis::TlsRedis::start();
+    let mut settings = SharedSettings::new(redis.url());
+    let authority = redis.authority().display().to_string();
+    settings.extra_env = vec![("SSL_CERT_FILE".into(), authority)];
+    rounds_land_anywhere_with(settings.clone()).await;
+
+    settings.extra_env.clear();
+    let refusal = support::cluster::failed_start(&settings);
+    assert!(refusal.contains("cannot reach Redis"), "{refusal}");
+    assert!(refusal.contains("UnknownIssuer"), "{refusal}");
+    assert!(refusal.contains("SSL_CERT_FILE"), "{refusal}");
+}
+
 /// Round one on replica 1, the answer on replica 2, the list read on replica 3, all sharing
 /// the Redis at `redis_url`.
 async fn rounds_land_anywhere(redis_url: String) {
-    let cluster = Replicas::start(3, redis_url).await;
+    rounds_land_anywhere_with(SharedSettings::new(redis_url)).await;
+}
+
+/// [`rounds_land_anywhere`], the replicas sharing `settings`.
+async fn rounds_land_anywhere_with(settings: SharedSettings) {
+    let cluster = Replicas::start_with(3, settings).await;
     let godfather = add_movie(6);
 
     let round_one = cluster

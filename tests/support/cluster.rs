@@ -218,6 +218,45 @@ pub struct Replicas {
     pub database: TestDatabase,
 }
 
+/// Starts a replica of `moviedb-mcp` with `settings` (on its own SQLite catalogue) that is
+/// expected to refuse to start, and returns what it logged once it exited; panics if it is
+/// still running after [`STARTUP_LIMIT`] or exits successfully.
+pub fn failed_start(settings: &SharedSettings) -> String {
+    let dir = std::env::temp_dir().join(format!("moviedb-failed-start-{}", random_hex(8)));
+    std::fs::create_dir_all(&dir).expect("create the replica's folder");
+    let log = dir.join("replica.log");
+    let output = std::fs::File::create(&log).expect("create the replica log");
+    let mut child = command(Path::new(env!("CARGO_BIN_EXE_moviedb-mcp")), settings)
+        .env("REDIS_URL", &settings.redis_url)
+        .env("MOVIEDB_REDIS_PREFIX", &settings.redis_prefix)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .arg("--bind")
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .stdout(output.try_clone().expect("clone the log handle"))
+        .stderr(output)
+        .spawn()
+        .expect("start moviedb-mcp");
+    let deadline = Instant::now() + STARTUP_LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the replica's status") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the replica started: {}", read_log(&log));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let logged = read_log(&log);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        !status.success(),
+        "the replica exited successfully: {logged}"
+    );
+    logged
+}
+
 impl Replicas {
     /// Starts `count` replicas together on a fresh database.
     pub async fn start(count: usize, redis_url: String) -> Self {

@@ -5,7 +5,7 @@
 //! - [`movies`]: the real `moviedb-mcp` binary on a fresh catalogue;
 //! - [`cluster`]: replicas, the cluster launcher and signed-in sessions;
 //! - [`legacy`]: a 2025-11-25 client; [`openai`]: a local OpenAI-compatible provider;
-//! - [`postgres`]: fresh PostgreSQL databases.
+//! - [`postgres`]: fresh PostgreSQL databases; [`tls_redis`]: a Redis that speaks only TLS.
 #![allow(dead_code, unused_imports)]
 
 #[path = "../../crates/mcp-mrtr/tests/support/mod.rs"]
@@ -16,5 +16,6 @@ pub mod legacy;
 pub mod movies;
 pub mod openai;
 pub mod postgres;
+pub mod tls_redis;
 
 pub use library::*;

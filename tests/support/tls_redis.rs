@@ -1,0 +1,139 @@
+//! A Redis of the test's own that speaks only TLS (`rediss://`), its certificate for `localhost`
+//! issued by a certificate authority made for the test (with the `openssl` command): a client
+//! reaches it only when it trusts that authority's file.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::net::{accepts_connections, free_port, random_hex};
+
+/// How long `redis-server` may take to listen.
+const STARTUP_LIMIT: Duration = Duration::from_secs(20);
+
+/// The TLS-only Redis; killed, and its folder removed, on drop.
+pub struct TlsRedis {
+    port: u16,
+    child: Child,
+    dir: PathBuf,
+}
+
+/// Runs `openssl` with `args` in `dir`, failing the test if it fails.
+fn openssl(dir: &Path, args: &[&str]) {
+    let ran = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("openssl is installed");
+    assert!(
+        ran.status.success(),
+        "openssl {args:?} failed: {}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+}
+
+/// `openssl req` with a new P-256 key written to `<name>.key`, for `common_name`, and `args`.
+fn with_new_key(dir: &Path, name: &str, args: &[&str], common_name: &str) {
+    let key = format!("{name}.key");
+    let subject = format!("/CN={common_name}");
+    let mut all = vec![
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+    ];
+    all.extend(["-nodes", "-keyout", &key, "-subj", &subject]);
+    all.extend(args);
+    openssl(dir, &all);
+}
+
+impl TlsRedis {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("moviedb-tls-redis-{}", random_hex(6)));
+        std::fs::create_dir_all(&dir).expect("create the folder of the TLS Redis");
+        // The authority (self-signed), then the request for the server's certificate.
+        with_new_key(
+            &dir,
+            "ca",
+            &["-x509", "-out", "ca.pem", "-days", "2"],
+            "moviedb test CA",
+        );
+        with_new_key(&dir, "redis", &["-out", "redis.csr"], "localhost");
+        std::fs::write(
+            dir.join("names.ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+        )
+        .expect("write the certificate's names");
+        openssl(
+            &dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "redis.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "redis.pem",
+                "-days",
+                "2",
+                "-extfile",
+                "names.ext",
+            ],
+        );
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--tls-port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .args([
+                "--tls-cert-file",
+                "redis.pem",
+                "--tls-key-file",
+                "redis.key",
+            ])
+            .args(["--tls-ca-cert-file", "ca.pem", "--tls-auth-clients", "no"])
+            .args(["--save", "", "--appendonly", "no"])
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        let redis = Self { port, child, dir };
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        while !accepts_connections(port) {
+            assert!(Instant::now() < deadline, "the TLS Redis did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        redis
+    }
+
+    /// Its URL: TLS, to the name its certificate is for.
+    pub fn url(&self) -> String {
+        format!("rediss://localhost:{}", self.port)
+    }
+
+    /// The file of the authority that issued its certificate.
+    pub fn authority(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
