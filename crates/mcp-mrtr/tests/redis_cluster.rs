@@ -57,12 +57,7 @@ async fn on_a_redis_cluster_calls_resume_anywhere_once_and_shares_and_messages_h
     }
 
     // An owner past its share loses its own oldest entries, whatever node they live on.
-    let store = RedisStore::connect(config_of(&cluster), 3)
-        .await
-        .expect("the cluster answers");
-    let owner = Owner::new("user:mallory");
-    let left = support::redis::flood_and_take_back(&store, &owner, 6).await;
-    assert_eq!(left, [false, false, false, true, true, true]);
+    only_the_oldest_go_past_the_share(config_of(&cluster)).await;
 
     // The URL of one node, not said to be a cluster, reaches every master's slots all the same.
     let one_node = RedisStoreConfig {
@@ -70,11 +65,7 @@ async fn on_a_redis_cluster_calls_resume_anywhere_once_and_shares_and_messages_h
         cluster: false,
         ..config_of(&cluster)
     };
-    let store = RedisStore::connect(one_node, 3)
-        .await
-        .expect("the node answers");
-    let left = support::redis::flood_and_take_back(&store, &owner, 6).await;
-    assert_eq!(left, [false, false, false, true, true, true]);
+    only_the_oldest_go_past_the_share(one_node).await;
 
     // A message published through one relay reaches every relay.
     relays_reach_each_other(&config_of(&cluster), &cluster).await;
@@ -95,23 +86,14 @@ async fn a_single_url_naming_a_cluster_node_is_served_as_the_cluster() {
         "one URL, and not said to be a cluster"
     );
 
-    let store = RedisStore::connect(config.clone(), 3)
-        .await
-        .expect("the node answers");
-    let owner = Owner::new("user:mallory");
-    let left = support::redis::flood_and_take_back(&store, &owner, 6).await;
-    assert_eq!(left, [false, false, false, true, true, true]);
+    only_the_oldest_go_past_the_share(config.clone()).await;
 
     // A user whose ACL refuses `INFO` (managed services often refuse `@dangerous`) too.
     let without_info = RedisStoreConfig {
         url: cluster.one_url_as("no-info", "-info"),
         ..config.clone()
     };
-    let store = RedisStore::connect(without_info, 3)
-        .await
-        .expect("the node answers");
-    let left = support::redis::flood_and_take_back(&store, &owner, 6).await;
-    assert_eq!(left, [false, false, false, true, true, true]);
+    only_the_oldest_go_past_the_share(without_info).await;
 
     let keys = StateSealer::generate_spec("one-node");
     let (first, second) = (
@@ -122,6 +104,15 @@ async fn a_single_url_naming_a_cluster_node_is_served_as_the_cluster() {
         converse_across(&first, &second).await;
     }
     relays_reach_each_other(&config, &cluster).await;
+}
+
+/// An owner with a share of 3 that parks 6 continuations through a store on `config` finds only
+/// its 3 latest when it takes them back, whatever node they live on.
+async fn only_the_oldest_go_past_the_share(config: RedisStoreConfig) {
+    let store = RedisStore::connect(config, 3).await.expect("Redis answers");
+    let owner = Owner::new("user:mallory");
+    let left = support::redis::flood_and_take_back(&store, &owner, 6).await;
+    assert_eq!(left, [false, false, false, true, true, true]);
 }
 
 /// A conversation started on `first` and answered on `second`; its state cannot be used again.
