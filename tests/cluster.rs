@@ -126,14 +126,33 @@ async fn over_tls_each_round_can_land_on_a_different_replica_and_an_unknown_auth
     assert!(refusal.contains("SSL_CERT_FILE"), "{refusal}");
 }
 
+/// A Redis Cluster over TLS, named by one `rediss://` URL: the replicas find it is a cluster
+/// through the TLS connection and follow its slot map over TLS (a cluster refuses the
+/// single-server put, whose keys span slots, so rounds that resume prove the cluster path).
+#[tokio::test]
+async fn over_tls_a_redis_cluster_lets_each_round_land_on_a_different_replica() {
+    let redis = support::tls_redis::TlsRedis::one_node_cluster();
+    let mut settings = SharedSettings::new(redis.url());
+    let authority = redis.authority().display().to_string();
+    settings.extra_env = vec![("SSL_CERT_FILE".into(), authority)];
+    let mut replicas = rounds_land_anywhere_with(settings).await;
+    for number in 1..=3 {
+        let log = replicas.replica(number).log();
+        assert!(
+            log.contains("the Redis URL names a node of a Redis Cluster"),
+            "replica {number} did not find the cluster: {log}"
+        );
+    }
+}
+
 /// Round one on replica 1, the answer on replica 2, the list read on replica 3, all sharing
 /// the Redis at `redis_url`.
 async fn rounds_land_anywhere(redis_url: String) {
     rounds_land_anywhere_with(SharedSettings::new(redis_url)).await;
 }
 
-/// [`rounds_land_anywhere`], the replicas sharing `settings`.
-async fn rounds_land_anywhere_with(settings: SharedSettings) {
+/// [`rounds_land_anywhere`], the replicas sharing `settings`; returns them, still running.
+async fn rounds_land_anywhere_with(settings: SharedSettings) -> Replicas {
     let cluster = Replicas::start_with(3, settings).await;
     let godfather = add_movie(6);
 
@@ -161,6 +180,7 @@ async fn rounds_land_anywhere_with(settings: SharedSettings) {
     assert_eq!(list[0]["id"], item["id"], "{list:?}");
     assert_eq!(list[0]["status"], "WATCHED", "{list:?}");
     assert_eq!(list[0]["content"]["title"], "The Godfather", "{list:?}");
+    cluster
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! A Redis of the test's own that speaks only TLS (`rediss://`), its certificate for `localhost`
 //! issued by a certificate authority made for the test (with the `openssl` command): a client
-//! reaches it only when it trusts that authority's file.
+//! reaches it only when it trusts that authority's file. It can also run as a one-node Redis
+//! Cluster that speaks TLS on its cluster bus too.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -52,6 +53,31 @@ fn with_new_key(dir: &Path, name: &str, args: &[&str], common_name: &str) {
 
 impl TlsRedis {
     pub fn start() -> Self {
+        Self::spawn(&[])
+    }
+
+    /// One node in cluster mode, serving every slot, TLS on its bus as on its clients' port.
+    pub fn one_node_cluster() -> Self {
+        let redis = Self::spawn(&[
+            "--cluster-enabled",
+            "yes",
+            "--tls-cluster",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+        ]);
+        let assigned = redis.cli(&["cluster", "addslotsrange", "0", "16383"]);
+        assert_eq!(assigned.trim(), "OK", "CLUSTER ADDSLOTSRANGE failed");
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        while !redis.cli(&["cluster", "info"]).contains("cluster_state:ok") {
+            assert!(Instant::now() < deadline, "the TLS cluster did not settle");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        redis
+    }
+
+    /// Starts `redis-server` with `extra` arguments and waits until it listens.
+    fn spawn(extra: &[&str]) -> Self {
         let dir = std::env::temp_dir().join(format!("moviedb-tls-redis-{}", random_hex(6)));
         std::fs::create_dir_all(&dir).expect("create the folder of the TLS Redis");
         // The authority (self-signed), then the request for the server's certificate.
@@ -105,6 +131,7 @@ impl TlsRedis {
             ])
             .args(["--tls-ca-cert-file", "ca.pem", "--tls-auth-clients", "no"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(extra)
             .current_dir(&dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -122,6 +149,18 @@ impl TlsRedis {
     /// Its URL: TLS, to the name its certificate is for.
     pub fn url(&self) -> String {
         format!("rediss://localhost:{}", self.port)
+    }
+
+    /// What `redis-cli` answers to `args`, over TLS, trusting the test's authority.
+    fn cli(&self, args: &[&str]) -> String {
+        let output = Command::new("redis-cli")
+            .args(["--tls", "--cacert"])
+            .arg(self.authority())
+            .args(["-h", "localhost", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli is installed");
+        String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
     /// The file of the authority that issued its certificate.
