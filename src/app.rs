@@ -30,7 +30,7 @@ pub async fn check_redis(args: &ServeArgs) -> anyhow::Result<()> {
     };
     let tls_hint = if config.url.contains("rediss://") {
         " (over TLS, its certificate must check out against the system's certificate \
-         authorities or those in the file SSL_CERT_FILE names)"
+         authorities, or those in SSL_CERT_FILE or SSL_CERT_DIR when set)"
     } else {
         ""
     };

@@ -32,7 +32,8 @@ pub struct ServeArgs {
     /// Redis URL for the shared continuation store (`redis://127.0.0.1:6379`), or the URLs of
     /// some nodes of a Redis Cluster, comma-separated; every replica pointed at the same Redis can
     /// resume any call. `rediss://` for TLS (certificates checked against the system's
-    /// authorities, or those in `SSL_CERT_FILE`). In-memory store when unset.
+    /// authorities, or those in `SSL_CERT_FILE`/`SSL_CERT_DIR` when set). In-memory store when
+    /// unset.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
 

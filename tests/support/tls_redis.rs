@@ -58,11 +58,15 @@ impl TlsRedis {
 
     /// One node in cluster mode, serving every slot, TLS on its bus as on its clients' port.
     pub fn one_node_cluster() -> Self {
+        // The bus port is named: by default it is the client port + 10000, which may not exist.
+        let bus_port = free_port().to_string();
         let redis = Self::spawn(&[
             "--cluster-enabled",
             "yes",
             "--tls-cluster",
             "yes",
+            "--cluster-port",
+            &bus_port,
             "--cluster-config-file",
             "nodes.conf",
         ]);
@@ -132,15 +136,20 @@ impl TlsRedis {
             .args(["--tls-ca-cert-file", "ca.pem", "--tls-auth-clients", "no"])
             .args(["--save", "", "--appendonly", "no"])
             .args(extra)
+            .args(["--logfile", "redis.log"])
             .current_dir(&dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server is installed");
-        let redis = Self { port, child, dir };
+        let mut redis = Self { port, child, dir };
         let deadline = Instant::now() + STARTUP_LIMIT;
         while !accepts_connections(port) {
-            assert!(Instant::now() < deadline, "the TLS Redis did not start");
+            let exited = redis.child.try_wait().ok().flatten().is_some();
+            if exited || Instant::now() >= deadline {
+                let log = std::fs::read_to_string(redis.dir.join("redis.log")).unwrap_or_default();
+                panic!("the TLS Redis did not start: {log}");
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         redis

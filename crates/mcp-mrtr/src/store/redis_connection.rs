@@ -200,7 +200,7 @@ pub async fn connect(config: &RedisStoreConfig) -> Result<Connected, StoreError>
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
         let manager = ConnectionManager::new_with_config(first.clone(), manager_config).await?;
-        if is_cluster_node(&manager).await {
+        if is_cluster_node(&manager).await? {
             // Said once, though the stores, the event relay and a cache each connect.
             static SAID: AtomicBool = AtomicBool::new(false);
             if !SAID.swap(true, Ordering::Relaxed) {
@@ -237,21 +237,35 @@ async fn open_cluster(config: &RedisStoreConfig) -> redis::RedisResult<RedisConn
 
 /// Whether the server says it runs in cluster mode: `INFO cluster`, or, for a user whose ACL
 /// refuses `INFO` (it is in `@dangerous`), whether `CLUSTER INFO` answers, which only a cluster
-/// node does. A server that answers neither is taken for a single server.
-async fn is_cluster_node(manager: &ConnectionManager) -> bool {
+/// node does. A server that refuses both is taken for a single server; a connection that fails
+/// or times out fails the start, rather than deciding "single server" for the process's life.
+async fn is_cluster_node(manager: &ConnectionManager) -> redis::RedisResult<bool> {
     let mut connection = manager.clone();
     let info = redis::cmd("INFO")
         .arg("cluster")
         .query_async::<String>(&mut connection)
         .await;
     match info {
-        Ok(info) => info.lines().any(|line| line.trim() == "cluster_enabled:1"),
-        Err(_) => redis::cmd("CLUSTER")
+        Ok(info) => Ok(info.lines().any(|line| line.trim() == "cluster_enabled:1")),
+        Err(e) if !refused_by_server(&e) => Err(e),
+        Err(_) => match redis::cmd("CLUSTER")
             .arg("INFO")
             .query_async::<String>(&mut connection)
             .await
-            .is_ok(),
+        {
+            Ok(_) => Ok(true),
+            Err(e) if refused_by_server(&e) => Ok(false),
+            Err(e) => Err(e),
+        },
     }
+}
+
+/// Whether Redis answered with an error reply (a refusal), as opposed to not answering.
+fn refused_by_server(error: &redis::RedisError) -> bool {
+    matches!(
+        error.kind(),
+        redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
+    )
 }
 
 /// Runs one command, failing when Redis errs or does not answer within `timeout`.

@@ -24,6 +24,8 @@ use crate::observe::Held;
 const SHARDS: u8 = 16;
 /// How far replicas' clocks may disagree: an entry is swept this long after its deadline.
 const CLOCK_SKEW: Duration = Duration::from_secs(1);
+/// The longest pace between sweeps: a longer one is taken as this.
+const LONGEST_PACE: Duration = Duration::from_secs(24 * 60 * 60);
 /// How often a replica sweeps when not told otherwise.
 pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(15);
 
@@ -125,9 +127,9 @@ impl LiveIndex {
     }
 }
 
-/// Sweeps `indexes` at once, then `pace` after each sweep ended (the pace may change meanwhile:
-/// the next sweep is then due one new pace after the last), until aborted or until the pace's
-/// sender is gone.
+/// Sweeps `indexes` at once, then `pace` (at most a day) after each sweep ended (the pace may
+/// change meanwhile: the next sweep is then due one new pace after the last), until aborted or
+/// until the pace's sender is gone.
 pub(super) async fn sweep_forever(
     connection: RedisConnection,
     timeout: Duration,
@@ -143,7 +145,8 @@ pub(super) async fn sweep_forever(
         }
         let swept = Instant::now();
         loop {
-            let every = (*pace.borrow_and_update()).max(Duration::from_millis(10));
+            // Within bounds, so that a huge pace cannot overflow the deadline.
+            let every = (*pace.borrow_and_update()).clamp(Duration::from_millis(10), LONGEST_PACE);
             tokio::select! {
                 () = tokio::time::sleep_until(swept + every) => break,
                 changed = pace.changed() => {
