@@ -244,7 +244,10 @@ pub fn failed_start(settings: &SharedSettings) -> String {
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("the replica started: {}", read_log(&log));
+            let _ = child.wait();
+            let logged = read_log(&log);
+            let _ = std::fs::remove_dir_all(&dir);
+            panic!("the replica started: {logged}");
         }
         std::thread::sleep(Duration::from_millis(50));
     };

@@ -35,7 +35,7 @@ pub struct RedisStoreConfig {
 
 impl RedisStoreConfig {
     /// The node URLs `url` lists.
-    fn nodes(&self) -> Vec<&str> {
+    pub(super) fn nodes(&self) -> Vec<&str> {
         self.url
             .split(',')
             .map(str::trim)

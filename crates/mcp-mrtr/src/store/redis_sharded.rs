@@ -34,12 +34,7 @@ struct Subscription {
 }
 
 async fn subscribe(config: &RedisStoreConfig, channel: &str) -> Result<Subscription, StoreError> {
-    let nodes: Vec<&str> = config
-        .url
-        .split(',')
-        .map(str::trim)
-        .filter(|node| !node.is_empty())
-        .collect();
+    let nodes = config.nodes();
     let (sender, pushes) = mpsc::unbounded_channel();
     let opening = async {
         let client = ClusterClientBuilder::new(nodes)
