@@ -114,9 +114,7 @@ async fn on_a_redis_cluster_each_round_can_land_on_a_different_replica() {
 #[tokio::test]
 async fn over_tls_each_round_can_land_on_a_different_replica_and_an_unknown_authority_is_refused() {
     let redis = support::tls_redis::TlsRedis::start();
-    let mut settings = SharedSettings::new(redis.url());
-    let authority = redis.authority().display().to_string();
-    settings.extra_env = vec![("SSL_CERT_FILE".into(), authority)];
+    let mut settings = trusting(&redis);
     rounds_land_anywhere_with(settings.clone()).await;
 
     settings.extra_env.clear();
@@ -132,10 +130,7 @@ async fn over_tls_each_round_can_land_on_a_different_replica_and_an_unknown_auth
 #[tokio::test]
 async fn over_tls_a_redis_cluster_lets_each_round_land_on_a_different_replica() {
     let redis = support::tls_redis::TlsRedis::one_node_cluster();
-    let mut settings = SharedSettings::new(redis.url());
-    let authority = redis.authority().display().to_string();
-    settings.extra_env = vec![("SSL_CERT_FILE".into(), authority)];
-    let mut replicas = rounds_land_anywhere_with(settings).await;
+    let mut replicas = rounds_land_anywhere_with(trusting(&redis)).await;
     for number in 1..=3 {
         let log = replicas.replica(number).log();
         assert!(
@@ -143,6 +138,14 @@ async fn over_tls_a_redis_cluster_lets_each_round_land_on_a_different_replica() 
             "replica {number} did not find the cluster: {log}"
         );
     }
+}
+
+/// Settings for replicas on `redis` that trust its certificate authority (and only it).
+fn trusting(redis: &support::tls_redis::TlsRedis) -> SharedSettings {
+    let mut settings = SharedSettings::new(redis.url());
+    let authority = redis.authority().display().to_string();
+    settings.extra_env = vec![("SSL_CERT_FILE".into(), authority)];
+    settings
 }
 
 /// Round one on replica 1, the answer on replica 2, the list read on replica 3, all sharing

@@ -190,33 +190,51 @@ pub async fn connect(config: &RedisStoreConfig) -> Result<Connected, StoreError>
     let Some(first) = nodes.first() else {
         return Err(StoreError("no Redis URL given".into()));
     };
-    let opening = async {
-        if config.is_cluster() {
-            return open_cluster(config).await;
-        }
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.timeout))
-            .set_response_timeout(Some(config.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let manager = ConnectionManager::new_with_config(first.clone(), manager_config).await?;
-        if is_cluster_node(&manager).await? {
-            // Said once, though the stores, the event relay and a cache each connect.
-            static SAID: AtomicBool = AtomicBool::new(false);
-            if !SAID.swap(true, Ordering::Relaxed) {
-                tracing::info!(
-                    "the Redis URL names a node of a Redis Cluster: connecting to the cluster"
-                );
-            }
-            return open_cluster(config).await;
-        }
-        Ok(RedisConnection::Single(manager))
+    // Each step has its own limit: a slow probe does not eat the cluster discovery's time.
+    let limit = config.timeout * 3;
+    let single = if config.is_cluster() {
+        None
+    } else {
+        connect_step(limit, probe_single(config, first)).await?
     };
-    let connection = tokio::time::timeout(config.timeout * 3, opening)
+    let connection = match single {
+        Some(manager) => RedisConnection::Single(manager),
+        None => connect_step(limit, open_cluster(config)).await?,
+    };
+    Ok(Connected { connection, nodes })
+}
+
+/// Awaits one step of connecting for at most `limit`.
+async fn connect_step<T>(
+    limit: Duration,
+    step: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(limit, step)
         .await
         .map_err(|_| StoreError("timed out connecting to Redis".into()))?
-        .map_err(|e: redis::RedisError| StoreError(e.to_string()))?;
-    Ok(Connected { connection, nodes })
+        .map_err(|e| StoreError(e.to_string()))
+}
+
+/// A connection to the single server `node`, or `None` when it says it is a cluster node.
+async fn probe_single(
+    config: &RedisStoreConfig,
+    node: &redis::Client,
+) -> redis::RedisResult<Option<ConnectionManager>> {
+    let manager_config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.timeout))
+        .set_response_timeout(Some(config.timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500));
+    let manager = ConnectionManager::new_with_config(node.clone(), manager_config).await?;
+    if !is_cluster_node(&manager).await? {
+        return Ok(Some(manager));
+    }
+    // Said once, though the stores, the event relay and a cache each connect.
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        tracing::info!("the Redis URL names a node of a Redis Cluster: connecting to the cluster");
+    }
+    Ok(None)
 }
 
 /// A connection to the cluster the listed nodes belong to (the client finds the other nodes).

@@ -9,7 +9,10 @@
 //! stay open. Each request carries its peer's address as [`ConnectInfo`].
 //!
 //! When the server drains, it stops accepting at once (a balancer's new connections are refused,
-//! which it may safely retry elsewhere). Responses then say `Connection: close`, and a connection
+//! which it may safely retry elsewhere). The connections already waiting in the listen queue are
+//! served before the listener closes: the kernel finished their handshake, so a balancer may have
+//! sent a request on them, which it would not retry if closing the listener reset them. Responses
+//! then say `Connection: close`, and a connection
 //! is closed once it has sat idle for [`DRAIN_IDLE`] (a balancer's pooled connections, which it
 //! closes itself sooner) or when the grace period ends.
 
@@ -177,6 +180,12 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ConnectionLimi
     let limits = Arc::new(limits);
     let shutdown = drain.begun();
     tokio::pin!(shutdown);
+    let served_with = Served {
+        registry: registry.clone(),
+        router,
+        limits: limits.clone(),
+        drain: drain.clone(),
+    };
     let mut last_accept_error: Option<Instant> = None;
     loop {
         let permit = match registry.permits.clone().try_acquire_owned() {
@@ -193,21 +202,13 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ConnectionLimi
             }
         };
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            // Draining wins over a ready accept: the queue is emptied below, in one go.
+            biased;
             () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((stream, peer)) => {
-                let _ = stream.set_nodelay(true);
-                let served = Served {
-                    peer,
-                    registry: registry.clone(),
-                    router: router.clone(),
-                    limits: limits.clone(),
-                    drain: drain.clone(),
-                };
-                tokio::spawn(served.connection(stream, permit));
-            }
+            Ok((stream, peer)) => spawn_connection(stream, peer, permit, &served_with),
             Err(error) => {
                 // Logged at most once a second: a full descriptor table fails every accept.
                 if last_accept_error.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
@@ -219,9 +220,10 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ConnectionLimi
             }
         }
     }
-    drop(listener);
+    let queued = serve_queued(listener, &served_with);
     tracing::info!(
         open = registry.lock().len(),
+        queued,
         "draining: no longer accepting; finishing the requests being served"
     );
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
@@ -234,9 +236,49 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ConnectionLimi
     }
 }
 
-/// What a connection is served with.
-struct Served {
+/// Serves one accepted connection on its own task.
+fn spawn_connection(
+    stream: TcpStream,
     peer: SocketAddr,
+    permit: OwnedSemaphorePermit,
+    with: &Served,
+) {
+    let _ = stream.set_nodelay(true);
+    tokio::spawn(with.clone().connection(stream, peer, permit));
+}
+
+/// Accepts and serves the connections already waiting in `listener`'s queue, without waiting for
+/// more, then closes the listener; returns how many were taken. Each accept is a real `accept`
+/// call on the socket (not the reactor's possibly stale readiness), so the queue is really empty
+/// when the listener closes. Connections beyond the cap are left to be reset.
+fn serve_queued(listener: TcpListener, with: &Served) -> usize {
+    let Ok(listener) = listener.into_std() else {
+        return 0;
+    };
+    let mut taken = 0;
+    while let Ok(permit) = with.registry.permits.clone().try_acquire_owned() {
+        let accepted = match listener.accept() {
+            Ok(accepted) => accepted,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            // Nothing left in the queue (WouldBlock), or accept itself failing.
+            Err(_) => break,
+        };
+        let (stream, peer) = accepted;
+        // The listener is non-blocking, but what it accepts is not.
+        let stream = stream
+            .set_nonblocking(true)
+            .and_then(|()| TcpStream::from_std(stream));
+        if let Ok(stream) = stream {
+            spawn_connection(stream, peer, permit, with);
+            taken += 1;
+        }
+    }
+    taken
+}
+
+/// What a connection is served with.
+#[derive(Clone)]
+struct Served {
     registry: Arc<Registry>,
     router: Router,
     limits: Arc<ConnectionLimits>,
@@ -245,9 +287,8 @@ struct Served {
 
 impl Served {
     /// Serves one connection until it ends, is idle too long, or is asked to close.
-    async fn connection(self, stream: TcpStream, _permit: OwnedSemaphorePermit) {
+    async fn connection(self, stream: TcpStream, peer: SocketAddr, _permit: OwnedSemaphorePermit) {
         let Self {
-            peer,
             registry,
             router,
             limits,
