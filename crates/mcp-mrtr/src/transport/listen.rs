@@ -10,11 +10,11 @@
 //!
 //! When the server drains, it stops accepting at once (a balancer's new connections are refused,
 //! which it may safely retry elsewhere). The connections already waiting in the listen queue are
-//! served before the listener closes: the kernel finished their handshake, so a balancer may have
-//! sent a request on them, which it would not retry if closing the listener reset them. Responses
-//! then say `Connection: close`, and a connection
-//! is closed once it has sat idle for [`DRAIN_IDLE`] (a balancer's pooled connections, which it
-//! closes itself sooner) or when the grace period ends.
+//! served (up to the connection cap) before the listener closes: the kernel finished their
+//! handshake, so a balancer may have sent a request on them, which it would not retry if closing
+//! the listener reset them. Responses then say `Connection: close`, and a connection is closed
+//! once it has sat idle for [`DRAIN_IDLE`] (a balancer's pooled connections, which it closes
+//! itself sooner) or when the grace period ends.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -222,7 +222,8 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ConnectionLimi
     }
     let queued = serve_queued(listener, &served_with);
     tracing::info!(
-        open = registry.lock().len(),
+        // Counted by permits: the connections just spawned may not have registered yet.
+        open = limits.max_connections - registry.permits.available_permits(),
         queued,
         "draining: no longer accepting; finishing the requests being served"
     );
@@ -252,25 +253,42 @@ fn spawn_connection(
 /// call on the socket (not the reactor's possibly stale readiness), so the queue is really empty
 /// when the listener closes. Connections beyond the cap are left to be reset.
 fn serve_queued(listener: TcpListener, with: &Served) -> usize {
-    let Ok(listener) = listener.into_std() else {
-        return 0;
+    let listener = match listener.into_std() {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::warn!(%error, "draining: could not take the queued connections");
+            return 0;
+        }
     };
     let mut taken = 0;
     while let Ok(permit) = with.registry.permits.clone().try_acquire_owned() {
-        let accepted = match listener.accept() {
+        let (stream, peer) = match listener.accept() {
             Ok(accepted) => accepted,
-            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-            // Nothing left in the queue (WouldBlock), or accept itself failing.
-            Err(_) => break,
+            // A client that gave up while queued: its entry is gone, the next may be fine.
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                continue;
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(error) => {
+                tracing::warn!(%error, "draining: accepting a queued connection failed");
+                break;
+            }
         };
-        let (stream, peer) = accepted;
         // The listener is non-blocking, but what it accepts is not.
         let stream = stream
             .set_nonblocking(true)
             .and_then(|()| TcpStream::from_std(stream));
-        if let Ok(stream) = stream {
-            spawn_connection(stream, peer, permit, with);
-            taken += 1;
+        match stream {
+            Ok(stream) => {
+                spawn_connection(stream, peer, permit, with);
+                taken += 1;
+            }
+            Err(error) => tracing::warn!(%error, "draining: a queued connection was dropped"),
         }
     }
     taken
