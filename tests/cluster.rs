@@ -140,6 +140,27 @@ async fn over_tls_a_redis_cluster_lets_each_round_land_on_a_different_replica() 
     }
 }
 
+/// A Redis that accepts connections but never answers (a hung server, a wrong port behind a
+/// proxy) stops a replica's start with the reason once the time limits of connecting run out,
+/// rather than leaving it hanging or deciding it talks to a single server it cannot use.
+#[test]
+fn a_redis_that_accepts_but_never_answers_stops_the_start_with_the_reason() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a silent port");
+    let address = silent.local_addr().expect("the silent port's address");
+    // Holds every connection open, reading and answering nothing, until the test ends.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let mut settings = SharedSettings::new(format!("redis://{address}"));
+    settings.extra_env = vec![("MOVIEDB_REDIS_TIMEOUT_MS".into(), "300".into())];
+    let refusal = support::cluster::failed_start(&settings);
+    assert!(refusal.contains("cannot reach Redis"), "{refusal}");
+    assert!(refusal.contains("timed out"), "{refusal}");
+}
+
 /// Settings for replicas on `redis` that trust its certificate authority (and only it).
 fn trusting(redis: &support::tls_redis::TlsRedis) -> SharedSettings {
     let mut settings = SharedSettings::new(redis.url());
