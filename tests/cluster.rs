@@ -147,7 +147,7 @@ async fn over_tls_a_redis_cluster_lets_each_round_land_on_a_different_replica() 
 fn a_redis_that_accepts_but_never_answers_stops_the_start_with_the_reason() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a silent port");
     let address = silent.local_addr().expect("the silent port's address");
-    // Holds every connection open, reading and answering nothing, until the test ends.
+    // Holds every connection open, answering nothing, for as long as the test binary runs.
     std::thread::spawn(move || {
         let mut held = Vec::new();
         for stream in silent.incoming().flatten() {

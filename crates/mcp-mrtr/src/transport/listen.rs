@@ -8,9 +8,9 @@
 //! written) for the idle timeout; a request counts until its response body is sent, so streams
 //! stay open. Each request carries its peer's address as [`ConnectInfo`].
 //!
-//! When the server drains, it stops accepting at once (a balancer's new connections are refused,
-//! which it may safely retry elsewhere). The connections already waiting in the listen queue are
-//! served (up to the connection cap) before the listener closes: the kernel finished their
+//! When the server drains, it takes the connections already waiting in the listen queue (up to
+//! the connection cap), then closes the listener (a balancer's new connections are refused, which
+//! it may safely retry elsewhere). The queued ones are served: the kernel finished their
 //! handshake, so a balancer may have sent a request on them, which it would not retry if closing
 //! the listener reset them. Responses then say `Connection: close`, and a connection is closed
 //! once it has sat idle for [`DRAIN_IDLE`] (a balancer's pooled connections, which it closes
@@ -251,7 +251,8 @@ fn spawn_connection(
 /// Accepts and serves the connections already waiting in `listener`'s queue, without waiting for
 /// more, then closes the listener; returns how many were taken. Each accept is a real `accept`
 /// call on the socket (not the reactor's possibly stale readiness), so the queue is really empty
-/// when the listener closes. Connections beyond the cap are left to be reset.
+/// when the listener closes, unless accepting fails. Connections beyond the cap are left to be
+/// reset.
 fn serve_queued(listener: TcpListener, with: &Served) -> usize {
     let listener = match listener.into_std() {
         Ok(listener) => listener,
@@ -264,15 +265,9 @@ fn serve_queued(listener: TcpListener, with: &Served) -> usize {
     while let Ok(permit) = with.registry.permits.clone().try_acquire_owned() {
         let (stream, peer) = match listener.accept() {
             Ok(accepted) => accepted,
-            // A client that gave up while queued: its entry is gone, the next may be fine.
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset
-                ) =>
-            {
-                continue;
-            }
+            // The error of one queued connection (its client gave up, its network failed):
+            // that entry is used up, the next may be fine.
+            Err(error) if one_connection_failed(&error) => continue,
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
             Err(error) => {
                 tracing::warn!(%error, "draining: accepting a queued connection failed");
@@ -292,6 +287,31 @@ fn serve_queued(listener: TcpListener, with: &Served) -> usize {
         }
     }
     taken
+}
+
+/// Whether a failed `accept` failed for one queued connection only, rather than for the listener:
+/// Linux passes on a connection's pending network error, to be treated like "try again".
+fn one_connection_failed(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(
+        error.kind(),
+        ErrorKind::ConnectionAborted
+            | ErrorKind::ConnectionReset
+            | ErrorKind::NetworkDown
+            | ErrorKind::NetworkUnreachable
+            | ErrorKind::HostUnreachable
+    ) || error.raw_os_error().is_some_and(|code| {
+        use rustix::io::Errno;
+        [
+            Errno::PROTO,
+            Errno::NONET,
+            Errno::HOSTDOWN,
+            Errno::NOPROTOOPT,
+            Errno::OPNOTSUPP,
+        ]
+        .iter()
+        .any(|errno| errno.raw_os_error() == code)
+    })
 }
 
 /// What a connection is served with.
