@@ -154,12 +154,13 @@ impl CallToolResult {
     /// Structured content, mirrored as JSON text for clients that only read `content`.
     pub fn structured<T: Serialize>(value: &T) -> Self {
         // Written once, as text: building a `Value` tree first and writing it twice cost a
-        // result-heavy tool a fifth of its CPU.
-        let text = serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned());
-        let structured = RawValue::from_string(text.clone()).ok();
+        // result-heavy tool a fifth of its CPU. `to_raw_value` keeps what serde_json wrote
+        // without parsing it again (`RawValue::from_string` would, for a twentieth more).
+        let structured =
+            serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawValue::NULL.to_owned());
         Self {
-            content: vec![Content::text(text)],
-            structured_content: structured,
+            content: vec![Content::text(structured.get())],
+            structured_content: Some(structured),
             is_error: false,
         }
     }
