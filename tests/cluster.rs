@@ -142,7 +142,7 @@ async fn over_tls_a_redis_cluster_lets_each_round_land_on_a_different_replica() 
 
 /// A Redis that accepts connections but never answers (a hung server, a wrong port behind a
 /// proxy) stops a replica's start with the reason once the time limits of connecting run out,
-/// rather than leaving it hanging or deciding it talks to a single server it cannot use.
+/// rather than leaving it hanging.
 #[test]
 fn a_redis_that_accepts_but_never_answers_stops_the_start_with_the_reason() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a silent port");

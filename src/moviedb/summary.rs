@@ -106,19 +106,34 @@ pub fn themes(reviews: &[Review]) -> Vec<String> {
 
 /// The whole server-side summary of a movie's reviews.
 pub fn summarize(movie_id: i64, reviews: &[Review]) -> ReviewSummary {
-    let average = average_score(reviews);
-    let (summary, themes) = match average {
+    let (summary, themes) = words(reviews);
+    ReviewSummary {
+        summary,
+        themes,
+        ..counted(movie_id, reviews)
+    }
+}
+
+/// The counts of a movie's reviews and their average, without words: what every summary holds,
+/// whoever writes its sentence and themes.
+pub fn counted(movie_id: i64, reviews: &[Review]) -> ReviewSummary {
+    ReviewSummary {
+        movie_id: Id(movie_id),
+        review_count: reviews.len() as i64,
+        summary: None,
+        themes: Vec::new(),
+        average_score: average_score(reviews),
+    }
+}
+
+/// The server's words for `reviews`: the sentence of the average's band and the themes; none
+/// below [`MIN_REVIEWS_FOR_SUMMARY`] reviews.
+pub fn words(reviews: &[Review]) -> (Option<String>, Vec<String>) {
+    match average_score(reviews) {
         Some(average) if reviews.len() >= MIN_REVIEWS_FOR_SUMMARY => {
             (Some(band_sentence(average, reviews.len())), themes(reviews))
         }
         _ => (None, Vec::new()),
-    };
-    ReviewSummary {
-        movie_id: Id(movie_id),
-        review_count: reviews.len() as i64,
-        summary,
-        themes,
-        average_score: average,
     }
 }
 

@@ -219,14 +219,12 @@ async fn summarize(
     let client_model = ClientModel(&ctx);
     let lent: Option<&dyn LentModel> =
         (ctx.answers_live() && ctx.capabilities().sampling).then_some(&client_model);
+    let plan = summarizer.plan(movie_id, &reviews, lent);
     // A provider call may take seconds: a client that takes tasks gets one and polls for it.
-    if lent.is_none() && summarizer.calls_provider(movie_id, &reviews).await {
+    if summarizer.calls_provider(&plan).await {
         ctx.continue_as_task()?;
     }
-    let summary = summarizer
-        .summarize(movie_id, &reviews, lent)
-        .await
-        .map_err(internal)?;
+    let summary = summarizer.summarize(plan).await.map_err(internal)?;
     ctx.progress(1.0, Some(1.0), Some("Done")).await;
     Ok(CallToolResult::structured(&summary))
 }

@@ -57,6 +57,22 @@ const LENT_MODEL: &str = "client-sampling";
 /// Token budget of a summary asked of a client's model.
 const LENT_MODEL_MAX_TOKENS: u32 = 1024;
 
+/// One summary to write, as [`Summarizer::plan`] worked it out.
+pub struct Plan<'a> {
+    movie_id: i64,
+    reviews: &'a [Review],
+    /// The client's model, when it writes this summary.
+    lent: Option<&'a dyn LentModel>,
+    /// Where the provider's words are cached, when the provider writes this summary.
+    provider_key: Option<SummaryKey>,
+}
+
+/// The server's words for `reviews`: the fallback of every model.
+fn server_text(reviews: &[Review]) -> SummaryText {
+    let (summary, themes) = summary::words(reviews);
+    SummaryText { summary, themes }
+}
+
 impl Summarizer {
     /// The summarizer the configuration asks for, with its cache shared in `redis` when there is
     /// one (the replicas' Redis). Says in the log, once, which one it is.
@@ -97,43 +113,62 @@ impl Summarizer {
         })
     }
 
-    /// The summary of `reviews` of `movie_id`: counts and average always; the sentence and themes
-    /// from `lent` (a client's model) or the provider when there is one and there are enough
-    /// reviews to summarize, from the server's rules otherwise.
-    pub async fn summarize(
+    /// What summarizing `reviews` of `movie_id` takes: `lent` (a client's model) when given, the
+    /// provider when there is one, the server's rules otherwise. Works out the provider's cache
+    /// key once (it hashes every review) for [`Self::calls_provider`] and [`Self::summarize`].
+    pub fn plan<'a>(
         &self,
         movie_id: i64,
-        reviews: &[Review],
-        lent: Option<&dyn LentModel>,
-    ) -> anyhow::Result<ReviewSummary> {
-        let mut summary = summary::summarize(movie_id, reviews);
-        if reviews.len() < MIN_REVIEWS_FOR_SUMMARY || (lent.is_none() && self.provider.is_none()) {
-            return Ok(summary);
+        reviews: &'a [Review],
+        lent: Option<&'a dyn LentModel>,
+    ) -> Plan<'a> {
+        let summarized = reviews.len() >= MIN_REVIEWS_FOR_SUMMARY;
+        let provider_key = match (&self.provider, lent) {
+            (Some(provider), None) if summarized => {
+                Some(SummaryKey::new(movie_id, provider.model(), reviews))
+            }
+            _ => None,
+        };
+        Plan {
+            movie_id,
+            reviews,
+            lent: lent.filter(|_| summarized),
+            provider_key,
         }
-        let fallback = SummaryText {
-            summary: summary.summary.take(),
-            themes: std::mem::take(&mut summary.themes),
-        };
-        let text = match lent {
-            Some(model) => self.lent_text(movie_id, reviews, model, fallback).await?,
-            None => self.provider_text(movie_id, reviews, fallback).await?,
-        };
-        summary.summary = text.summary;
-        summary.themes = text.themes;
-        Ok(summary)
     }
 
-    /// Whether summarizing `reviews` without a client's model calls the provider (there is one,
-    /// there are enough reviews, and no summary of them is cached): work that may take seconds.
-    pub async fn calls_provider(&self, movie_id: i64, reviews: &[Review]) -> bool {
-        let Some(provider) = &self.provider else {
-            return false;
-        };
-        if reviews.len() < MIN_REVIEWS_FOR_SUMMARY {
-            return false;
+    /// Whether `plan` calls the provider (there is one, there are enough reviews, no client's
+    /// model is lent, and no summary of them is cached): work that may take seconds.
+    pub async fn calls_provider(&self, plan: &Plan<'_>) -> bool {
+        match &plan.provider_key {
+            Some(key) => !self.cache.contains(key).await,
+            None => false,
         }
-        let key = SummaryKey::new(movie_id, provider.model(), reviews);
-        !self.cache.contains(&key).await
+    }
+
+    /// The summary `plan` describes: counts and average always; the sentence and themes from the
+    /// lent model or the provider when the plan has one, from the server's rules otherwise and
+    /// when those fail. The server's words are only worked out when they are used.
+    pub async fn summarize(&self, plan: Plan<'_>) -> anyhow::Result<ReviewSummary> {
+        let Plan {
+            movie_id,
+            reviews,
+            lent,
+            provider_key,
+        } = plan;
+        let text = match (lent, &self.provider, provider_key) {
+            (Some(model), _, _) => self.lent_text(movie_id, reviews, model).await?,
+            (None, Some(provider), Some(key)) => {
+                self.provider_text(provider, &key, movie_id, reviews)
+                    .await?
+            }
+            _ => server_text(reviews),
+        };
+        Ok(ReviewSummary {
+            summary: text.summary,
+            themes: text.themes,
+            ..summary::counted(movie_id, reviews)
+        })
     }
 
     /// The client's model's words for these reviews, cached like the provider's; when the client
@@ -143,7 +178,6 @@ impl Summarizer {
         movie_id: i64,
         reviews: &[Review],
         model: &dyn LentModel,
-        fallback: SummaryText,
     ) -> anyhow::Result<SummaryText> {
         let key = SummaryKey::new(movie_id, LENT_MODEL, reviews);
         self.cache
@@ -159,7 +193,14 @@ impl Summarizer {
                             movie_id,
                             "the client's model gave no summary; falling back"
                         );
-                        let text = self.provider_text(movie_id, reviews, fallback).await?;
+                        let text = match &self.provider {
+                            Some(provider) => {
+                                let key = SummaryKey::new(movie_id, provider.model(), reviews);
+                                self.provider_text(provider, &key, movie_id, reviews)
+                                    .await?
+                            }
+                            None => server_text(reviews),
+                        };
                         Ok((text, self.lifetimes.fallback))
                     }
                 }
@@ -167,22 +208,18 @@ impl Summarizer {
             .await
     }
 
-    /// The provider's words for these reviews, cached; `fallback` without a provider or when it
-    /// fails.
+    /// The provider's words for these reviews, cached under `key`; the server's when it fails.
     async fn provider_text(
         &self,
+        provider: &Provider,
+        key: &SummaryKey,
         movie_id: i64,
         reviews: &[Review],
-        fallback: SummaryText,
     ) -> anyhow::Result<SummaryText> {
-        let Some(provider) = &self.provider else {
-            return Ok(fallback);
-        };
-        let key = SummaryKey::new(movie_id, provider.model(), reviews);
         let mut computed = false;
         let text = self
             .cache
-            .get_or_compute(&key, async {
+            .get_or_compute(key, async {
                 computed = true;
                 let started = std::time::Instant::now();
                 let span = tracing::info_span!(
@@ -219,7 +256,7 @@ impl Summarizer {
                         span.record("fallback", failure.kind());
                         metrics::counter!("moviedb_llm_fallbacks_total", "reason" => failure.kind())
                             .increment(1);
-                        Ok((fallback, self.lifetimes.fallback))
+                        Ok((server_text(reviews), self.lifetimes.fallback))
                     }
                     Err(ProviderError::Internal(error)) => Err(error),
                 }

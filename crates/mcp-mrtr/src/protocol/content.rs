@@ -155,7 +155,7 @@ impl CallToolResult {
     pub fn structured<T: Serialize>(value: &T) -> Self {
         // Written once, as text: building a `Value` tree first and writing it twice cost a
         // result-heavy tool a fifth of its CPU. `to_raw_value` keeps what serde_json wrote
-        // without parsing it again (`RawValue::from_string` would, for a twentieth more).
+        // without parsing it again (`RawValue::from_string` would: 5 % of a recommend call's CPU).
         let structured =
             serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawValue::NULL.to_owned());
         Self {
