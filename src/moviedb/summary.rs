@@ -110,13 +110,13 @@ pub fn summarize(movie_id: i64, reviews: &[Review]) -> ReviewSummary {
     ReviewSummary {
         summary,
         themes,
-        ..counted(movie_id, reviews)
+        ..counts(movie_id, reviews)
     }
 }
 
 /// The counts of a movie's reviews and their average, without words: what every summary holds,
 /// whoever writes its sentence and themes.
-pub fn counted(movie_id: i64, reviews: &[Review]) -> ReviewSummary {
+pub fn counts(movie_id: i64, reviews: &[Review]) -> ReviewSummary {
     ReviewSummary {
         movie_id: Id(movie_id),
         review_count: reviews.len() as i64,

@@ -61,13 +61,20 @@ const LENT_MODEL_MAX_TOKENS: u32 = 1024;
 pub struct Plan<'a> {
     movie_id: i64,
     reviews: &'a [Review],
-    /// The client's model, when it writes this summary.
-    lent: Option<&'a dyn LentModel>,
-    /// Where the provider's words are cached, when the provider writes this summary.
-    provider_key: Option<SummaryKey>,
+    writer: Writer<'a>,
 }
 
-/// The server's words for `reviews`: the fallback of every model.
+/// Who writes a summary's sentence and themes.
+enum Writer<'a> {
+    /// A client's model (falling back on the provider, then the server).
+    Lent(&'a dyn LentModel),
+    /// The provider, its words cached under the key.
+    Provider(&'a Provider, SummaryKey),
+    /// The server's rules.
+    Server,
+}
+
+/// The server's words for `reviews`: what it says without a model, and when a model fails.
 fn server_text(reviews: &[Review]) -> SummaryText {
     let (summary, themes) = summary::words(reviews);
     SummaryText { summary, themes }
@@ -113,61 +120,63 @@ impl Summarizer {
         })
     }
 
-    /// What summarizing `reviews` of `movie_id` takes: `lent` (a client's model) when given, the
-    /// provider when there is one, the server's rules otherwise. Works out the provider's cache
-    /// key once (it hashes every review) for [`Self::calls_provider`] and [`Self::summarize`].
+    /// Who writes the summary of `reviews` of `movie_id`: with enough reviews to summarize,
+    /// `lent` (a client's model) when given, else the provider when there is one; the server's
+    /// rules otherwise. Works out the provider's cache key once (it hashes every review) for
+    /// [`Self::calls_provider`] and [`Self::summarize`].
     pub fn plan<'a>(
-        &self,
+        &'a self,
         movie_id: i64,
         reviews: &'a [Review],
         lent: Option<&'a dyn LentModel>,
     ) -> Plan<'a> {
-        let summarized = reviews.len() >= MIN_REVIEWS_FOR_SUMMARY;
-        let provider_key = match (&self.provider, lent) {
-            (Some(provider), None) if summarized => {
-                Some(SummaryKey::new(movie_id, provider.model(), reviews))
-            }
-            _ => None,
+        let enough_reviews = reviews.len() >= MIN_REVIEWS_FOR_SUMMARY;
+        let writer = match (lent, &self.provider) {
+            _ if !enough_reviews => Writer::Server,
+            (Some(model), _) => Writer::Lent(model),
+            (None, Some(provider)) => Writer::Provider(
+                provider,
+                SummaryKey::new(movie_id, provider.model(), reviews),
+            ),
+            (None, None) => Writer::Server,
         };
         Plan {
             movie_id,
             reviews,
-            lent: lent.filter(|_| summarized),
-            provider_key,
+            writer,
         }
     }
 
     /// Whether `plan` calls the provider (there is one, there are enough reviews, no client's
     /// model is lent, and no summary of them is cached): work that may take seconds.
     pub async fn calls_provider(&self, plan: &Plan<'_>) -> bool {
-        match &plan.provider_key {
-            Some(key) => !self.cache.contains(key).await,
-            None => false,
+        match &plan.writer {
+            Writer::Provider(_, key) => !self.cache.contains(key).await,
+            Writer::Lent(_) | Writer::Server => false,
         }
     }
 
     /// The summary `plan` describes: counts and average always; the sentence and themes from the
-    /// lent model or the provider when the plan has one, from the server's rules otherwise and
-    /// when those fail. The server's words are only worked out when they are used.
+    /// plan's writer, or from the server's rules when a model fails (our own errors fail the
+    /// call). The server's words are only worked out when they are used.
     pub async fn summarize(&self, plan: Plan<'_>) -> anyhow::Result<ReviewSummary> {
         let Plan {
             movie_id,
             reviews,
-            lent,
-            provider_key,
+            writer,
         } = plan;
-        let text = match (lent, &self.provider, provider_key) {
-            (Some(model), _, _) => self.lent_text(movie_id, reviews, model).await?,
-            (None, Some(provider), Some(key)) => {
+        let text = match writer {
+            Writer::Lent(model) => self.lent_text(movie_id, reviews, model).await?,
+            Writer::Provider(provider, key) => {
                 self.provider_text(provider, &key, movie_id, reviews)
                     .await?
             }
-            _ => server_text(reviews),
+            Writer::Server => server_text(reviews),
         };
         Ok(ReviewSummary {
             summary: text.summary,
             themes: text.themes,
-            ..summary::counted(movie_id, reviews)
+            ..summary::counts(movie_id, reviews)
         })
     }
 
