@@ -227,19 +227,29 @@ async fn an_anonymous_flood_of_huge_legacy_initializes_is_refused_cheaply() {
 
 /// Opens a connection that sends a request line, then one header line a second.
 async fn slow_headers(addr: SocketAddr, opened: Instant) -> Option<Duration> {
-    let mut stream = TcpStream::connect(addr).await.ok()?;
-    stream.write_all(b"POST /mcp HTTP/1.1\r\n").await.ok()?;
+    let stream = TcpStream::connect(addr).await.ok()?;
+    trickle_headers(stream, b"POST /mcp HTTP/1.1\r\n", opened).await
+}
+
+/// Sends `request_line` on `stream`, then one header line a second, for two minutes; how long
+/// after `opened` the server closed the connection, or `None` if it never did.
+async fn trickle_headers(
+    mut stream: TcpStream,
+    request_line: &[u8],
+    opened: Instant,
+) -> Option<Duration> {
+    stream.write_all(request_line).await.ok()?;
     let mut buffer = [0u8; 1024];
     for line in 0..120 {
         let header = format!("x-slow-{line}: still typing\r\n");
         if stream.write_all(header.as_bytes()).await.is_err() {
             return Some(opened.elapsed());
         }
-        // Closed by the server: the read ends (maybe after a 408) instead of timing out.
+        // Closed by the server: the read ends instead of timing out.
         match tokio::time::timeout(Duration::from_secs(1), stream.read(&mut buffer)).await {
             Ok(Ok(0) | Err(_)) => return Some(opened.elapsed()),
             Ok(Ok(_)) => {
-                // A response (408) came first; the close follows.
+                // No response is sent to a late request; should one come, the close follows.
                 let _ = tokio::time::timeout(
                     Duration::from_secs(5),
                     stream.read_to_end(&mut Vec::new()),
@@ -284,6 +294,214 @@ async fn connections_slow_to_send_headers_are_closed_and_others_are_served() {
     assert!(
         latest < Duration::from_secs(10),
         "the last slow connection was closed {latest:.1?} after opening, not after minutes"
+    );
+}
+
+/// A server on SQLite with the given header-read and idle timeouts, in seconds.
+async fn with_timeouts(header_read_secs: u32, idle_secs: u32) -> MovieServer {
+    let launch = Launch {
+        args: vec![
+            "--header-read-timeout-secs".to_owned(),
+            header_read_secs.to_string(),
+            "--idle-timeout-secs".to_owned(),
+            idle_secs.to_string(),
+        ],
+        ..Launch::default()
+    };
+    MovieServer::start_with(Backend::Sqlite, launch).await
+}
+
+/// Reads what `stream` sends next onto `received`; false when it closed or sent nothing for 5 s.
+async fn read_more(stream: &mut TcpStream, received: &mut Vec<u8>) -> bool {
+    let mut chunk = [0u8; 4096];
+    match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk)).await {
+        Ok(Ok(0) | Err(_)) | Err(_) => false,
+        Ok(Ok(n)) => {
+            received.extend_from_slice(&chunk[..n]);
+            true
+        }
+    }
+}
+
+/// A 2026-07-28 `tools/list` request to the server at `addr`, as HTTP/1.1 bytes.
+fn raw_tools_list(addr: SocketAddr) -> Vec<u8> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {}
+    }}})
+    .to_string();
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {MODERN}\r\n\
+         Mcp-Method: tools/list\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Sends `request` on `stream` and reads its response whole; the status, or `None` when the
+/// connection closed (or nothing came for 5 s) first. Only a response with a `Content-Length`
+/// (what the server sends to `tools/list`) is understood.
+async fn exchange(stream: &mut TcpStream, request: &[u8]) -> Option<u16> {
+    stream.write_all(request).await.ok()?;
+    let mut received = Vec::new();
+    loop {
+        if let Some(end) = received.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&received[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length:"))
+                .and_then(|value| value.trim().parse().ok())?;
+            if received.len() >= end + 4 + length {
+                return head.split(' ').nth(1)?.parse().ok();
+            }
+        }
+        if !read_more(stream, &mut received).await {
+            return None;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_stays_open_until_the_idle_timeout_not_the_header_timeout() {
+    let server = with_timeouts(1, 5).await;
+    let addr = address_of(server.url());
+    let request = raw_tools_list(addr);
+    let mut stream = TcpStream::connect(addr).await.expect("connects");
+    assert_eq!(exchange(&mut stream, &request).await, Some(200));
+    // Quiet for three times the header-read timeout, well within the idle timeout.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = exchange(&mut stream, &request).await;
+    assert_eq!(
+        later,
+        Some(200),
+        "the same connection serves a request sent 3 s later (header-read timeout 1 s, idle \
+         timeout 5 s)"
+    );
+    let answered = Instant::now();
+    let closed = closed_within(stream, answered, Duration::from_secs(15)).await;
+    println!(
+        "kept-alive connection, header-read timeout 1 s, idle timeout 5 s: served again after 3 s \
+         quiet; closed {closed:.1?} after its last answer"
+    );
+    let closed = closed.expect("the idle connection is closed within 15 s");
+    assert!(
+        closed >= Duration::from_secs(4),
+        "closed by the idle timeout (5 s), not earlier: after {closed:.1?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_slow_to_send_its_next_headers_is_closed() {
+    let server = with_timeouts(1, 60).await;
+    let addr = address_of(server.url());
+    let mut stream = TcpStream::connect(addr).await.expect("connects");
+    assert_eq!(
+        exchange(&mut stream, &raw_tools_list(addr)).await,
+        Some(200)
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let began = Instant::now();
+    let closed = trickle_headers(stream, b"POST /mcp HTTP/1.1\r\n", began).await;
+    println!(
+        "second request's headers sent a line a second, header-read timeout 1 s: closed \
+         {closed:.1?} after they began"
+    );
+    let closed = closed.expect("the connection is closed");
+    assert!(
+        (Duration::from_millis(900)..Duration::from_secs(5)).contains(&closed),
+        "the next request's headers are timed from their first byte, not from the last answer, \
+         and cut off: closed {closed:.1?} after they began"
+    );
+}
+
+/// Whether an HTTP/2 (prior knowledge) connection, opened and then quiet for `quiet`, still
+/// answers a PING.
+async fn http2_answers_ping_after(addr: SocketAddr, quiet: Duration) -> bool {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    // Frames: a 3-byte length, type, flags, a 4-byte stream id, then the payload.
+    const SETTINGS: [u8; 9] = [0, 0, 0, 4, 0, 0, 0, 0, 0];
+    const PING: [u8; 17] = [0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+    let Ok(mut stream) = TcpStream::connect(addr).await else {
+        return false;
+    };
+    if stream
+        .write_all(&[PREFACE, &SETTINGS].concat())
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    tokio::time::sleep(quiet).await;
+    if stream.write_all(&PING).await.is_err() {
+        return false;
+    }
+    let mut received = Vec::new();
+    loop {
+        let mut at = 0;
+        while received.len() >= at + 9 {
+            let length = usize::from(received[at]) << 16
+                | usize::from(received[at + 1]) << 8
+                | usize::from(received[at + 2]);
+            let (kind, flags) = (received[at + 3], received[at + 4]);
+            if kind == 6 && flags & 1 == 1 {
+                return true;
+            }
+            at += 9 + length;
+        }
+        if !read_more(&mut stream, &mut received).await {
+            return false;
+        }
+    }
+}
+
+/// Guards the server's own telling of HTTP/2 from HTTP/1 (which hyper's header timer did not
+/// need): an HTTP/2 connection is never taken for an HTTP/1 one owing headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_connection_may_idle_between_streams_past_the_header_timeout() {
+    let server = with_timeouts(1, 60).await;
+    let answered = http2_answers_ping_after(address_of(server.url()), Duration::from_secs(3)).await;
+    println!("HTTP/2 connection quiet for 3 s, header-read timeout 1 s: answers PING: {answered}");
+    assert!(
+        answered,
+        "HTTP/2 connections owe no headers between streams; only the idle timeout closes them"
+    );
+}
+
+/// An HTTP/1 request whose method is `PRI`, like the opening of an HTTP/2 connection, is still
+/// an HTTP/1 request: its headers are timed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_only_starts_like_http2_still_has_its_headers_timed() {
+    let server = with_timeouts(1, 60).await;
+    let stream = TcpStream::connect(address_of(server.url()))
+        .await
+        .expect("connects");
+    let opened = Instant::now();
+    let closed = trickle_headers(stream, b"PRI / HTTP/1.1\r\n", opened).await;
+    println!("`PRI / HTTP/1.1` with headers a line a second: closed {closed:.1?} after opening");
+    let closed = closed.expect("the connection is closed");
+    assert!(
+        closed < Duration::from_secs(5),
+        "headers trickled after a `PRI` request line are cut off by the 1 s header-read timeout: \
+         closed {closed:.1?} after opening"
+    );
+}
+
+/// A connection that never sends a byte owes its first request's headers from the opening; it
+/// is not kept until the idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_sends_nothing_is_closed_by_the_header_timeout() {
+    let server = with_timeouts(2, 60).await;
+    let stream = TcpStream::connect(address_of(server.url()))
+        .await
+        .expect("connects");
+    let opened = Instant::now();
+    let closed = closed_within(stream, opened, Duration::from_secs(30)).await;
+    println!("silent connection, header-read timeout 2 s, idle timeout 60 s: closed {closed:.1?}");
+    let closed = closed.expect("the silent connection is closed within 30 s");
+    assert!(
+        (Duration::from_millis(1900)..Duration::from_secs(5)).contains(&closed),
+        "closed by the 2 s header-read timeout: after {closed:.1?}"
     );
 }
 

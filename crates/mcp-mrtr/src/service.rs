@@ -51,7 +51,8 @@ pub struct Settings {
     pub max_buffered_body_bytes: usize,
     /// Longest a client may take to send a request's body (HTTP 408).
     pub body_read_timeout: Duration,
-    /// Longest a client may take to send a request's headers (the connection is closed).
+    /// Longest a client may take to send a request's headers (the connection is closed): timed
+    /// from the opening for the first request, from the first byte for later ones.
     pub header_read_timeout: Duration,
     /// Longest a connection may stay open with nothing to do.
     pub idle_timeout: Duration,

@@ -4,9 +4,12 @@
 //! Open connections are capped below the process's open-file limit; when the cap is reached the
 //! connection idle the longest is closed to make room, and a failing `accept` (out of file
 //! descriptors) backs off instead of spinning. A connection is closed when it takes too long to
-//! send a request's headers, or when it has sat idle (no request being handled, no byte read or
+//! send a request's headers (timed from the connection's opening for its first request, from the
+//! first byte for later ones), or when it has sat idle (no request being handled, no byte read or
 //! written) for the idle timeout; a request counts until its response body is sent, so streams
-//! stay open. Each request carries its peer's address as [`ConnectInfo`].
+//! stay open. Both are checked here rather than by hyper, whose header timer also runs while a
+//! kept-alive connection waits for its next request and would close it long before the idle
+//! timeout. Each request carries its peer's address as [`ConnectInfo`].
 //!
 //! When the server drains, it takes the connections already waiting in the listen queue (up to
 //! the connection cap), then closes the listener (a balancer's new connections are refused, which
@@ -29,7 +32,7 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderValue, header};
 use http_body_util::BodyExt as _;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -54,7 +57,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 pub struct ConnectionLimits {
     /// Most connections open at once; see [`max_connections`] for a bound that fits the process.
     pub max_connections: usize,
-    /// Longest a client may take to send a request's headers.
+    /// Longest a client may take to send a request's headers: timed from the opening for the
+    /// first request, from the first byte for later ones.
     pub header_read_timeout: Duration,
     /// Longest a connection may stay open with nothing to do.
     pub idle_timeout: Duration,
@@ -110,8 +114,30 @@ struct Tracked {
     moved: AtomicBool,
     /// Requests being handled (from their headers until their response body is sent).
     busy: AtomicUsize,
+    /// Requests begun since the connection opened.
+    started: AtomicU64,
+    /// One more than `started` was when bytes were last read with no request in flight (the start
+    /// of the next request's headers), 0 before that.
+    read_after: AtomicU64,
+    /// Whether a byte was written since the last check: a response still being flushed holds
+    /// back the parsing of a pipelined request, so its headers are not yet late.
+    wrote: AtomicBool,
+    /// Whether the connection speaks HTTP/2, which idles between streams with no headers due.
+    http2: AtomicBool,
     /// Asks the connection to close once its current request, if any, is answered.
     close: Notify,
+}
+
+impl Tracked {
+    /// Whether the connection owes a request's headers: an HTTP/1 connection with no request in
+    /// flight that has had no request yet, or has read bytes since its last request began.
+    fn awaits_headers(&self) -> bool {
+        if self.http2.load(Ordering::Relaxed) || self.busy.load(Ordering::Acquire) > 0 {
+            return false;
+        }
+        let started = self.started.load(Ordering::Acquire);
+        started == 0 || self.read_after.load(Ordering::Acquire) == started + 1
+    }
 }
 
 /// The open connections, and the permits that cap them.
@@ -133,6 +159,10 @@ impl Registry {
             last_active: AtomicU64::new(self.now()),
             moved: AtomicBool::new(false),
             busy: AtomicUsize::new(0),
+            started: AtomicU64::new(0),
+            read_after: AtomicU64::new(0),
+            wrote: AtomicBool::new(false),
+            http2: AtomicBool::new(false),
             close: Notify::new(),
         });
         self.lock().insert(id, tracked.clone());
@@ -336,6 +366,7 @@ impl Served {
         let io = TokioIo::new(Watched {
             inner: stream,
             tracked: tracked.clone(),
+            preface_seen: Some(0),
         });
         let service = {
             let (tracked, drain) = (tracked.clone(), drain.clone());
@@ -364,17 +395,18 @@ impl Served {
             })
         };
         let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout);
+        // Timed by the checks below instead (see the module's comment).
+        builder.http1().header_read_timeout(None);
         let served = builder.serve_connection_with_upgrades(io, service);
         tokio::pin!(served);
-        let check_every =
-            (limits.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let shortest = limits.idle_timeout.min(limits.header_read_timeout);
+        let check_every = (shortest / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
         let mut ticks = tokio::time::interval(check_every);
         let mut closing_since: Option<Instant> = None;
         let mut draining_since: Option<Instant> = None;
+        // Since when the next request's headers have been due, and how many requests had begun
+        // then; the first request's are due from the opening.
+        let mut headers_due: Option<(u64, Instant)> = Some((0, Instant::now()));
         // Made once, not at every wake of the connection: each registers a waiter.
         let close_asked = tracked.close.notified();
         let drain_begun = drain.begun();
@@ -395,6 +427,21 @@ impl Served {
                     {
                         // A client that keeps a closing connection open is cut off.
                         break;
+                    }
+                    let wrote = tracked.wrote.swap(false, Ordering::Relaxed);
+                    if tracked.awaits_headers() {
+                        let started = tracked.started.load(Ordering::Acquire);
+                        let since = match headers_due {
+                            Some((counted, since)) if counted == started && !wrote => since,
+                            _ => Instant::now(),
+                        };
+                        headers_due = Some((started, since));
+                        if since.elapsed() >= limits.header_read_timeout {
+                            // Too slow to send its headers: cut off, as hyper would.
+                            break;
+                        }
+                    } else {
+                        headers_due = None;
                     }
                     if closing_since.is_some() {
                         continue;
@@ -431,6 +478,7 @@ struct Busy(Arc<Tracked>);
 impl Busy {
     fn start(tracked: Arc<Tracked>) -> Self {
         tracked.busy.fetch_add(1, Ordering::AcqRel);
+        tracked.started.fetch_add(1, Ordering::AcqRel);
         Self(tracked)
     }
 }
@@ -441,16 +489,54 @@ impl Drop for Busy {
     }
 }
 
-/// A socket that notes when it moved a byte (for the idle check).
+/// How an HTTP/2 connection opens. All of it is matched, as hyper does before it speaks HTTP/2:
+/// `PRI / HTTP/1.1` is an HTTP/1 request, whose headers are timed like any other.
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A socket that notes when it moved a byte (for the idle check), when it read one between
+/// requests (for the headers' deadline), and whether it speaks HTTP/2.
 struct Watched {
     inner: TcpStream,
     tracked: Arc<Tracked>,
+    /// How much of [`HTTP2_PREFACE`] the connection opened with, until that is settled.
+    preface_seen: Option<usize>,
 }
 
 impl Watched {
     fn moved(&self, bytes: usize) {
         if bytes > 0 {
             self.tracked.moved.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn written(&self, bytes: usize) {
+        if bytes > 0 {
+            self.moved(bytes);
+            self.tracked.wrote.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn read(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.moved(bytes.len());
+        let tracked = &self.tracked;
+        if tracked.busy.load(Ordering::Acquire) == 0 {
+            let started = tracked.started.load(Ordering::Acquire);
+            tracked.read_after.store(started + 1, Ordering::Release);
+        }
+        if let Some(seen) = self.preface_seen {
+            let rest = &HTTP2_PREFACE[seen..];
+            let compared = rest.len().min(bytes.len());
+            self.preface_seen = if bytes[..compared] != rest[..compared] {
+                None
+            } else if compared == rest.len() {
+                tracked.http2.store(true, Ordering::Relaxed);
+                None
+            } else {
+                Some(seen + compared)
+            };
         }
     }
 }
@@ -464,7 +550,7 @@ impl AsyncRead for Watched {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = polled {
-            self.moved(buf.filled().len() - before);
+            self.read(&buf.filled()[before..]);
         }
         polled
     }
@@ -478,7 +564,7 @@ impl AsyncWrite for Watched {
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(written)) = polled {
-            self.moved(written);
+            self.written(written);
         }
         polled
     }
@@ -490,7 +576,7 @@ impl AsyncWrite for Watched {
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(written)) = polled {
-            self.moved(written);
+            self.written(written);
         }
         polled
     }
