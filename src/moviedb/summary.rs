@@ -106,11 +106,12 @@ pub fn themes(reviews: &[Review]) -> Vec<String> {
 
 /// The whole server-side summary of a movie's reviews.
 pub fn summarize(movie_id: i64, reviews: &[Review]) -> ReviewSummary {
-    let (summary, themes) = words(reviews);
+    let counted = counts(movie_id, reviews);
+    let (summary, themes) = words_at(counted.average_score, reviews);
     ReviewSummary {
         summary,
         themes,
-        ..counts(movie_id, reviews)
+        ..counted
     }
 }
 
@@ -129,7 +130,12 @@ pub fn counts(movie_id: i64, reviews: &[Review]) -> ReviewSummary {
 /// The server's words for `reviews`: the sentence of the average's band and the themes; none
 /// below [`MIN_REVIEWS_FOR_SUMMARY`] reviews.
 pub fn words(reviews: &[Review]) -> (Option<String>, Vec<String>) {
-    match average_score(reviews) {
+    words_at(average_score(reviews), reviews)
+}
+
+/// [`words`], with the reviews' average already worked out.
+fn words_at(average: Option<f64>, reviews: &[Review]) -> (Option<String>, Vec<String>) {
+    match average {
         Some(average) if reviews.len() >= MIN_REVIEWS_FOR_SUMMARY => {
             (Some(band_sentence(average, reviews.len())), themes(reviews))
         }
