@@ -487,15 +487,51 @@ async fn a_request_that_only_starts_like_http2_still_has_its_headers_timed() {
     );
 }
 
+/// A connection that sends the opening of HTTP/2 a byte at a time never finishes it: it owes its
+/// first request's headers all along, and is cut off like any slow HTTP/1 client (before, every
+/// byte counted as activity while the server waited to tell the two apart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_opening_sent_a_byte_at_a_time_is_cut_off() {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let server = with_timeouts(1, 60).await;
+    let opened = Instant::now();
+    let mut stream = TcpStream::connect(address_of(server.url()))
+        .await
+        .expect("connects");
+    let mut cut_off = None;
+    // All but the last byte, one every half second: 11.5 s if the server waits for them all.
+    for byte in &PREFACE[..PREFACE.len() - 1] {
+        if stream.write_all(&[*byte]).await.is_err() {
+            cut_off = Some(opened.elapsed());
+            break;
+        }
+        let mut buffer = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_millis(500), stream.read(&mut buffer));
+        if let Ok(Ok(0) | Err(_)) = read.await {
+            cut_off = Some(opened.elapsed());
+            break;
+        }
+    }
+    println!(
+        "HTTP/2 opening sent a byte every 0.5 s, header-read timeout 1 s: closed {cut_off:.1?}"
+    );
+    let closed = cut_off.expect("the connection is closed before the opening is complete");
+    assert!(
+        closed < Duration::from_secs(5),
+        "cut off by the 1 s header-read timeout: after {closed:.1?}"
+    );
+}
+
 /// A connection that never sends a byte owes its first request's headers from the opening; it
 /// is not kept until the idle timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_that_sends_nothing_is_closed_by_the_header_timeout() {
     let server = with_timeouts(2, 60).await;
+    // Taken before connecting: the server's clock starts when it accepts.
+    let opened = Instant::now();
     let stream = TcpStream::connect(address_of(server.url()))
         .await
         .expect("connects");
-    let opened = Instant::now();
     let closed = closed_within(stream, opened, Duration::from_secs(30)).await;
     println!("silent connection, header-read timeout 2 s, idle timeout 60 s: closed {closed:.1?}");
     let closed = closed.expect("the silent connection is closed within 30 s");

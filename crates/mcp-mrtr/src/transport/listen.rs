@@ -5,9 +5,10 @@
 //! connection idle the longest is closed to make room, and a failing `accept` (out of file
 //! descriptors) backs off instead of spinning. A connection is closed when it takes too long to
 //! send a request's headers (timed from the connection's opening for its first request, from the
-//! first byte for later ones), or when it has sat idle (no request being handled, no byte read or
-//! written) for the idle timeout; a request counts until its response body is sent, so streams
-//! stay open. Both are checked here rather than by hyper, whose header timer also runs while a
+//! first byte for later ones), or when it has sat idle (no request being handled, no byte read, and
+//! nothing written while a request was in flight) for the idle timeout; a request counts until its
+//! response body is handed over, so streams stay open, and the idle clock starts again when it
+//! ends, so a client too slow to read its answers is not kept open by their last bytes. Both are checked here rather than by hyper, whose header timer also runs while a
 //! kept-alive connection waits for its next request and would close it long before the idle
 //! timeout. Each request carries its peer's address as [`ConnectInfo`].
 //!
@@ -58,7 +59,8 @@ pub struct ConnectionLimits {
     /// Most connections open at once; see [`max_connections`] for a bound that fits the process.
     pub max_connections: usize,
     /// Longest a client may take to send a request's headers: timed from the opening for the
-    /// first request, from the first byte for later ones.
+    /// first request, from the first byte read after the previous one began for later ones
+    /// (bytes that came with the previous request are left to the idle timeout). Zero: no limit.
     pub header_read_timeout: Duration,
     /// Longest a connection may stay open with nothing to do.
     pub idle_timeout: Duration,
@@ -110,7 +112,9 @@ struct Tracked {
     /// Milliseconds since the registry's clock started, at the last check that found bytes
     /// moved (checks run every quarter of the idle timeout, at most every second).
     last_active: AtomicU64,
-    /// Set when a byte is read or written, cleared by the next check: no clock read per I/O.
+    /// Set when a byte is read, or written while a request is in flight, and when a request ends;
+    /// cleared by the next check: no clock read per I/O. Bytes written after the last request
+    /// ended do not count, so a client too slow to read its answers is not kept open by them.
     moved: AtomicBool,
     /// Requests being handled (from their headers until their response body is sent).
     busy: AtomicUsize,
@@ -119,9 +123,6 @@ struct Tracked {
     /// One more than `started` was when bytes were last read with no request in flight (the start
     /// of the next request's headers), 0 before that.
     read_after: AtomicU64,
-    /// Whether a byte was written since the last check: a response still being flushed holds
-    /// back the parsing of a pipelined request, so its headers are not yet late.
-    wrote: AtomicBool,
     /// Whether the connection speaks HTTP/2, which idles between streams with no headers due.
     http2: AtomicBool,
     /// Asks the connection to close once its current request, if any, is answered.
@@ -161,7 +162,6 @@ impl Registry {
             busy: AtomicUsize::new(0),
             started: AtomicU64::new(0),
             read_after: AtomicU64::new(0),
-            wrote: AtomicBool::new(false),
             http2: AtomicBool::new(false),
             close: Notify::new(),
         });
@@ -399,7 +399,8 @@ impl Served {
         builder.http1().header_read_timeout(None);
         let served = builder.serve_connection_with_upgrades(io, service);
         tokio::pin!(served);
-        let shortest = limits.idle_timeout.min(limits.header_read_timeout);
+        let header_timeout = Some(limits.header_read_timeout).filter(|limit| !limit.is_zero());
+        let shortest = header_timeout.map_or(limits.idle_timeout, |h| h.min(limits.idle_timeout));
         let check_every = (shortest / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
         let mut ticks = tokio::time::interval(check_every);
         let mut closing_since: Option<Instant> = None;
@@ -428,15 +429,14 @@ impl Served {
                         // A client that keeps a closing connection open is cut off.
                         break;
                     }
-                    let wrote = tracked.wrote.swap(false, Ordering::Relaxed);
-                    if tracked.awaits_headers() {
+                    if header_timeout.is_some_and(|_| tracked.awaits_headers()) {
                         let started = tracked.started.load(Ordering::Acquire);
                         let since = match headers_due {
-                            Some((counted, since)) if counted == started && !wrote => since,
+                            Some((counted, since)) if counted == started => since,
                             _ => Instant::now(),
                         };
                         headers_due = Some((started, since));
-                        if since.elapsed() >= limits.header_read_timeout {
+                        if header_timeout.is_some_and(|limit| since.elapsed() >= limit) {
                             // Too slow to send its headers: cut off, as hyper would.
                             break;
                         }
@@ -485,6 +485,8 @@ impl Busy {
 
 impl Drop for Busy {
     fn drop(&mut self) {
+        // The idle clock starts again from a request's end, whatever is left to write.
+        self.0.moved.store(true, Ordering::Relaxed);
         self.0.busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -510,9 +512,8 @@ impl Watched {
     }
 
     fn written(&self, bytes: usize) {
-        if bytes > 0 {
+        if self.tracked.busy.load(Ordering::Acquire) > 0 {
             self.moved(bytes);
-            self.tracked.wrote.store(true, Ordering::Relaxed);
         }
     }
 
