@@ -522,6 +522,67 @@ async fn an_http2_opening_sent_a_byte_at_a_time_is_cut_off() {
     );
 }
 
+/// A client that sends many requests at once and then reads the answers a trickle at a time
+/// keeps a request in flight all along, so the idle timeout never starts; once the answers
+/// outgrow what the kernel buffers for it, it is cut off for holding up the server's writes for
+/// the idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_its_answers_a_trickle_at_a_time_is_cut_off() {
+    // About 6 MB of answers: more than Linux buffers for one socket (4 MB at most by default).
+    const REQUESTS: usize = 1_000;
+    let server = with_timeouts(10, 2).await;
+    let addr = address_of(server.url());
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    // A small window, so the answers wait on the server's side rather than in this socket.
+    socket
+        .set_recv_buffer_size(4096)
+        .expect("a small receive buffer");
+    let (mut reader, mut writer) = socket.connect(addr).await.expect("connects").into_split();
+    let began = Instant::now();
+    let request = raw_tools_list(addr);
+    // The requests, then one more a second: once the server has closed its end, its kernel
+    // answers that with a reset, which ends the reads at once. (A close alone would show only
+    // after the answers already in the kernel's buffers had been read at this pace.)
+    let sending = tokio::spawn(async move {
+        writer.write_all(&request.repeat(REQUESTS)).await?;
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            writer.write_all(&request).await?;
+        }
+        #[allow(unreachable_code)]
+        std::io::Result::Ok(())
+    });
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 512];
+    let mut closed = None;
+    while began.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        match reader.read(&mut chunk).await {
+            Ok(0) | Err(_) => {
+                closed = Some(began.elapsed());
+                break;
+            }
+            Ok(n) => received.extend_from_slice(&chunk[..n]),
+        }
+    }
+    sending.abort();
+    let answers = received
+        .windows(12)
+        .filter(|w| w == b"HTTP/1.1 200")
+        .count();
+    println!(
+        "{REQUESTS} pipelined tools/list, 512 bytes read every 0.25 s, idle timeout 2 s: {answers} \
+         answers ({} KB) read; closed {closed:.1?} after the requests were sent",
+        received.len() / 1024
+    );
+    let closed = closed.expect("the connection is closed within a minute");
+    assert!(
+        closed < Duration::from_secs(15),
+        "cut off about the idle timeout (2 s) after the writes were first held up: after \
+         {closed:.1?}"
+    );
+}
+
 /// A connection that never sends a byte owes its first request's headers from the opening; it
 /// is not kept until the idle timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,10 @@
 //! first byte for later ones), or when it has sat idle (no request being handled, no byte read, and
 //! nothing written while a request was in flight) for the idle timeout; a request counts until its
 //! response body is handed over, so streams stay open, and the idle clock starts again when it
-//! ends, so a client too slow to read its answers is not kept open by their last bytes. Both are checked here rather than by hyper, whose header timer also runs while a
+//! ends, so a client too slow to read its answers is not kept open by their last bytes. A
+//! connection whose writes the client has held up (by not reading) in every check for the idle
+//! timeout is closed too, requests in flight or not: a client that sends many requests at once
+//! and reads the answers a trickle at a time would otherwise keep one in flight forever. Both are checked here rather than by hyper, whose header timer also runs while a
 //! kept-alive connection waits for its next request and would close it long before the idle
 //! timeout. Each request carries its peer's address as [`ConnectInfo`].
 //!
@@ -125,6 +128,12 @@ struct Tracked {
     read_after: AtomicU64,
     /// Whether the connection speaks HTTP/2, which idles between streams with no headers due.
     http2: AtomicBool,
+    /// Set when a write could not be made whole (the client is not reading fast enough to make
+    /// room), cleared by the next check.
+    held_up: AtomicBool,
+    /// Whether the last write could not be made whole: the connection is waiting for room, and
+    /// may wait long (the kernel wakes a writer only once a good part of its buffer is free).
+    blocked: AtomicBool,
     /// Asks the connection to close once its current request, if any, is answered.
     close: Notify,
 }
@@ -163,6 +172,8 @@ impl Registry {
             started: AtomicU64::new(0),
             read_after: AtomicU64::new(0),
             http2: AtomicBool::new(false),
+            held_up: AtomicBool::new(false),
+            blocked: AtomicBool::new(false),
             close: Notify::new(),
         });
         self.lock().insert(id, tracked.clone());
@@ -408,6 +419,8 @@ impl Served {
         // Since when the next request's headers have been due, and how many requests had begun
         // then; the first request's are due from the opening.
         let mut headers_due: Option<(u64, Instant)> = Some((0, Instant::now()));
+        // Since when every check has found a write held up by the client.
+        let mut held_up_since: Option<Instant> = None;
         // Made once, not at every wake of the connection: each registers a waiter.
         let close_asked = tracked.close.notified();
         let drain_begun = drain.begun();
@@ -442,6 +455,18 @@ impl Served {
                         }
                     } else {
                         headers_due = None;
+                    }
+                    let held_up = tracked.held_up.swap(false, Ordering::Relaxed);
+                    if held_up || tracked.blocked.load(Ordering::Relaxed) {
+                        let since = *held_up_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() >= limits.idle_timeout {
+                            // Its client has not kept up with its answers in any check for a
+                            // whole idle timeout (while a request is in flight the connection
+                            // is never idle): cut off.
+                            break;
+                        }
+                    } else {
+                        held_up_since = None;
                     }
                     if closing_since.is_some() {
                         continue;
@@ -511,9 +536,19 @@ impl Watched {
         }
     }
 
-    fn written(&self, bytes: usize) {
+    fn written(&self, polled: &Poll<std::io::Result<usize>>, offered: usize) {
+        let written = match polled {
+            Poll::Ready(Ok(written)) => *written,
+            Poll::Pending => 0,
+            Poll::Ready(Err(_)) => return,
+        };
+        let blocked = written < offered;
+        self.tracked.blocked.store(blocked, Ordering::Relaxed);
+        if blocked {
+            self.tracked.held_up.store(true, Ordering::Relaxed);
+        }
         if self.tracked.busy.load(Ordering::Acquire) > 0 {
-            self.moved(bytes);
+            self.moved(written);
         }
     }
 
@@ -564,9 +599,7 @@ impl AsyncWrite for Watched {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let Poll::Ready(Ok(written)) = polled {
-            self.written(written);
-        }
+        self.written(&polled, buf.len());
         polled
     }
 
@@ -576,9 +609,7 @@ impl AsyncWrite for Watched {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(written)) = polled {
-            self.written(written);
-        }
+        self.written(&polled, bufs.iter().map(|buf| buf.len()).sum());
         polled
     }
 
