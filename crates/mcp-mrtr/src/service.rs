@@ -54,7 +54,7 @@ pub struct Settings {
     /// Longest a client may take to send a request's headers (the connection is closed): timed
     /// from the opening for the first request, from the first byte for later ones.
     pub header_read_timeout: Duration,
-    /// Longest a connection may stay open with nothing to do.
+    /// Longest a connection may stay open with nothing to do; at least one second.
     pub idle_timeout: Duration,
     /// Most connections open at once; `None` for as many as the open-file limit allows.
     pub max_connections: Option<usize>,

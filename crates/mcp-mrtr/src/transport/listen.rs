@@ -11,9 +11,10 @@
 //! ends, so a client too slow to read its answers is not kept open by their last bytes. A
 //! connection whose writes the client has held up (by not reading) in every check for the idle
 //! timeout is closed too, requests in flight or not: a client that sends many requests at once
-//! and reads the answers a trickle at a time would otherwise keep one in flight forever. Both are checked here rather than by hyper, whose header timer also runs while a
-//! kept-alive connection waits for its next request and would close it long before the idle
-//! timeout. Each request carries its peer's address as [`ConnectInfo`].
+//! and reads the answers a trickle at a time would otherwise keep one in flight forever. These
+//! rules are checked here rather than by hyper, whose header timer also runs while a kept-alive
+//! connection waits for its next request and would close it long before the idle timeout. Each
+//! request carries its peer's address as [`ConnectInfo`].
 //!
 //! When the server drains, it takes the connections already waiting in the listen queue (up to
 //! the connection cap), then closes the listener (a balancer's new connections are refused, which
@@ -53,6 +54,9 @@ const CONNECTIONS_CEILING: usize = 1_000_000;
 /// keeps an unused pooled connection (nginx's `keepalive_timeout` in `deploy/nginx.conf` is 4 s),
 /// so the balancer closes it first and never sends a request into a closing connection.
 pub const DRAIN_IDLE: Duration = Duration::from_secs(5);
+/// The shortest idle timeout served: a zero one would close every connection at its first check
+/// and cut off any answer bigger than the socket's buffers.
+pub const MIN_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long accept waits after failing (for instance out of file descriptors) before trying again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -218,7 +222,10 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ConnectionLimi
         next_id: AtomicU64::new(0),
         permits: Arc::new(Semaphore::new(limits.max_connections)),
     });
-    let limits = Arc::new(limits);
+    let limits = Arc::new(ConnectionLimits {
+        idle_timeout: limits.idle_timeout.max(MIN_IDLE_TIMEOUT),
+        ..limits
+    });
     let shutdown = drain.begun();
     tokio::pin!(shutdown);
     let served_with = Served {
@@ -414,6 +421,9 @@ impl Served {
         let shortest = header_timeout.map_or(limits.idle_timeout, |h| h.min(limits.idle_timeout));
         let check_every = (shortest / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
         let mut ticks = tokio::time::interval(check_every);
+        // Checks late under load are not made up in a burst: two checks back to back would find
+        // nothing new in the second and restart the held-up clock.
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut closing_since: Option<Instant> = None;
         let mut draining_since: Option<Instant> = None;
         // Since when the next request's headers have been due, and how many requests had begun
@@ -442,15 +452,18 @@ impl Served {
                         // A client that keeps a closing connection open is cut off.
                         break;
                     }
-                    if header_timeout.is_some_and(|_| tracked.awaits_headers()) {
+                    if let Some(limit) = header_timeout
+                        && tracked.awaits_headers()
+                    {
                         let started = tracked.started.load(Ordering::Acquire);
                         let since = match headers_due {
                             Some((counted, since)) if counted == started => since,
                             _ => Instant::now(),
                         };
                         headers_due = Some((started, since));
-                        if header_timeout.is_some_and(|limit| since.elapsed() >= limit) {
+                        if since.elapsed() >= limit {
                             // Too slow to send its headers: cut off, as hyper would.
+                            tracing::debug!(%peer, "connection cut off: headers too slow");
                             break;
                         }
                     } else {
@@ -463,6 +476,7 @@ impl Served {
                             // Its client has not kept up with its answers in any check for a
                             // whole idle timeout (while a request is in flight the connection
                             // is never idle): cut off.
+                            tracing::debug!(%peer, "connection cut off: answers not read");
                             break;
                         }
                     } else {

@@ -27,7 +27,7 @@ pub use drain::Drain;
 pub use health::{CHECK_DEADLINE, CheckOutcome, Readiness};
 #[cfg(feature = "legacy")]
 pub use legacy::LegacyOptions;
-pub use listen::{ConnectionLimits, RESERVED_DESCRIPTORS, max_connections};
+pub use listen::{ConnectionLimits, MIN_IDLE_TIMEOUT, RESERVED_DESCRIPTORS, max_connections};
 pub use origin::OriginPolicy;
 
 use crate::auth::{Authenticator, Principal};

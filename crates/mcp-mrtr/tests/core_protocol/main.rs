@@ -1,8 +1,8 @@
 //! The core of the 2026-07-28 wire, tested the way a client sees it: real HTTP against an
 //! in-process server. MRTR rounds and the refusals of `requestState`, header and `_meta`
-//! validation, caching hints, draining, SSE progress and logging, cancellation when a stream
-//! closes, `subscriptions/listen`, and notifications. Every message the server sends is checked
-//! against the official schema by the support client.
+//! validation, caching hints, connection bounds, draining, SSE progress and logging, cancellation
+//! when a stream closes, `subscriptions/listen`, and notifications. Every message the server
+//! sends is checked against the official schema by the support client.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -10,6 +10,7 @@ mod support;
 mod answers;
 mod caching;
 mod cancellation;
+mod connections;
 mod draining;
 mod http_layers;
 mod notifications;

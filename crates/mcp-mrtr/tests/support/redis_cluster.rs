@@ -20,6 +20,16 @@ struct Node {
     child: Option<Child>,
 }
 
+impl Node {
+    /// Kills the node's process, if it still runs, and waits for it.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Nodes forming one cluster; every process is killed, and its folder removed, on drop.
 pub struct RedisCluster {
     nodes: Vec<Node>,
@@ -77,7 +87,7 @@ impl RedisCluster {
     }
 
     /// Starts `count` nodes in cluster mode, not yet joined, and waits until each accepts
-    /// connections.
+    /// connections as itself.
     fn spawn(count: usize, expected_masters: usize) -> Self {
         let dir = std::env::temp_dir().join(format!("mcp-redis-cluster-{}", random_hex(8)));
         std::fs::create_dir_all(&dir).expect("create the cluster's folder");
@@ -86,7 +96,9 @@ impl RedisCluster {
             dir,
             expected_masters,
         };
-        for _ in 0..count {
+        let deadline = Instant::now() + SETTLE_LIMIT;
+        while cluster.nodes.len() < count {
+            assert!(Instant::now() < deadline, "no cluster node could start");
             let port = free_node_port();
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -102,23 +114,44 @@ impl RedisCluster {
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("redis-server is installed");
-            cluster.nodes.push(Node {
+            let mut node = Node {
                 port,
                 child: Some(child),
-            });
-        }
-        let deadline = Instant::now() + SETTLE_LIMIT;
-        for node in &cluster.nodes {
-            while !accepts_connections(node.port) {
-                assert!(
-                    Instant::now() < deadline,
-                    "node {} did not start",
-                    node.port
-                );
-                std::thread::sleep(Duration::from_millis(20));
+            };
+            // The free port may be taken before the node binds it (another test's node, say):
+            // the node then exits, and whoever answers on the port is not ours; try another.
+            if cluster.answers_as_itself(&mut node, deadline) {
+                cluster.nodes.push(node);
+            } else {
+                node.kill();
             }
         }
         cluster
+    }
+
+    /// Waits until `node` accepts connections; whether the process answering there is `node`'s.
+    fn answers_as_itself(&self, node: &mut Node, deadline: Instant) -> bool {
+        let Some(child) = node.child.as_mut() else {
+            return false;
+        };
+        let pid = child.id();
+        loop {
+            if !matches!(child.try_wait(), Ok(None)) {
+                return false;
+            }
+            if accepts_connections(node.port) {
+                let info = self.cli(node.port, &["info", "server"]);
+                return info
+                    .lines()
+                    .any(|line| line.trim() == format!("process_id:{pid}"));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {} did not start",
+                node.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The node URLs, comma-separated, as `REDIS_URL` takes them.
@@ -250,10 +283,7 @@ impl RedisCluster {
             .iter_mut()
             .find(|node| node.port == port)
             .expect("a node of this cluster");
-        if let Some(mut child) = node.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        node.kill();
         // The dead master is still listed as one until the others agree it failed.
         let deadline = Instant::now() + SETTLE_LIMIT;
         while self.masters().contains(&port) {
@@ -271,10 +301,7 @@ impl RedisCluster {
 impl Drop for RedisCluster {
     fn drop(&mut self) {
         for node in &mut self.nodes {
-            if let Some(mut child) = node.child.take() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+            node.kill();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
