@@ -12,6 +12,9 @@ use super::net::{accepts_connections, free_port, random_hex};
 /// How long `redis-server` may take to listen.
 const STARTUP_LIMIT: Duration = Duration::from_secs(20);
 
+/// Ports tried before giving up.
+const ATTEMPTS: usize = 5;
+
 /// The TLS-only Redis; killed, and its folder removed, on drop.
 pub struct TlsRedis {
     port: u16,
@@ -80,8 +83,24 @@ impl TlsRedis {
         redis
     }
 
-    /// Starts `redis-server` with `extra` arguments and waits until it listens.
+    /// Starts `redis-server` with `extra` arguments and waits until it listens. A free port can
+    /// be taken by another test's server before this one binds it: a server that exits, or a
+    /// port answered by another process, means another try (its folder made anew).
     fn spawn(extra: &[&str]) -> Self {
+        let mut log = String::new();
+        for _ in 0..ATTEMPTS {
+            let mut redis = Self::launch(extra);
+            if redis.answers_as_itself() {
+                return redis;
+            }
+            log = std::fs::read_to_string(redis.dir.join("redis.log")).unwrap_or_default();
+        }
+        panic!("the TLS Redis did not start in {ATTEMPTS} tries: {log}");
+    }
+
+    /// A new folder with the authority and the server's certificate, and `redis-server` started
+    /// there on a free port.
+    fn launch(extra: &[&str]) -> Self {
         let dir = std::env::temp_dir().join(format!("moviedb-tls-redis-{}", random_hex(6)));
         std::fs::create_dir_all(&dir).expect("create the folder of the TLS Redis");
         // The authority (self-signed), then the request for the server's certificate.
@@ -142,17 +161,23 @@ impl TlsRedis {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server is installed");
-        let mut redis = Self { port, child, dir };
+        Self { port, child, dir }
+    }
+
+    /// Waits until the server listens; whether the process answering on its port is this one.
+    fn answers_as_itself(&mut self) -> bool {
+        let ours = format!("process_id:{}", self.child.id());
         let deadline = Instant::now() + STARTUP_LIMIT;
-        while !accepts_connections(port) {
-            let exited = redis.child.try_wait().ok().flatten().is_some();
+        while !accepts_connections(self.port) {
+            let exited = self.child.try_wait().ok().flatten().is_some();
             if exited || Instant::now() >= deadline {
-                let log = std::fs::read_to_string(redis.dir.join("redis.log")).unwrap_or_default();
-                panic!("the TLS Redis did not start: {log}");
+                return false;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        redis
+        self.cli(&["info", "server"])
+            .lines()
+            .any(|line| line.trim() == ours)
     }
 
     /// Its URL: TLS, to the name its certificate is for.

@@ -114,6 +114,7 @@ async fn every_answer_carries_a_request_id_and_a_clients_own_is_echoed() {
         second.header("x-request-id").unwrap_or_default(),
     );
     assert_eq!(a.len(), 32, "a fresh id: {a:?}");
+    assert!(a.bytes().all(|b| b.is_ascii_hexdigit()), "in hex: {a:?}");
     assert_ne!(a, b, "each request has its own");
 
     let mine = client
@@ -158,6 +159,10 @@ async fn a_handler_that_panics_gets_a_json_rpc_error_and_the_server_goes_on() {
         .await
         .expect("an answer, not a dropped connection");
     assert_eq!(answer.status().as_u16(), 500);
+    assert!(
+        answer.headers().contains_key("x-request-id"),
+        "the answer to a panic still names its request"
+    );
     let error: serde_json::Value = answer.json().await.expect("a JSON-RPC error");
     assert_eq!(error["error"]["code"], -32603, "{error}");
 

@@ -134,16 +134,14 @@ impl RedisCluster {
         let Some(child) = node.child.as_mut() else {
             return false;
         };
-        let pid = child.id();
+        let ours = format!("process_id:{}", child.id());
         loop {
             if !matches!(child.try_wait(), Ok(None)) {
                 return false;
             }
             if accepts_connections(node.port) {
                 let info = self.cli(node.port, &["info", "server"]);
-                return info
-                    .lines()
-                    .any(|line| line.trim() == format!("process_id:{pid}"));
+                return info.lines().any(|line| line.trim() == ours);
             }
             assert!(
                 Instant::now() < deadline,
