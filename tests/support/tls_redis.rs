@@ -56,23 +56,12 @@ fn with_new_key(dir: &Path, name: &str, args: &[&str], common_name: &str) {
 
 impl TlsRedis {
     pub fn start() -> Self {
-        Self::spawn(&[])
+        Self::spawn(false)
     }
 
     /// One node in cluster mode, serving every slot, TLS on its bus as on its clients' port.
     pub fn one_node_cluster() -> Self {
-        // The bus port is named: by default it is the client port + 10000, which may not exist.
-        let bus_port = free_port().to_string();
-        let redis = Self::spawn(&[
-            "--cluster-enabled",
-            "yes",
-            "--tls-cluster",
-            "yes",
-            "--cluster-port",
-            &bus_port,
-            "--cluster-config-file",
-            "nodes.conf",
-        ]);
+        let redis = Self::spawn(true);
         let assigned = redis.cli(&["cluster", "addslotsrange", "0", "16383"]);
         assert_eq!(assigned.trim(), "OK", "CLUSTER ADDSLOTSRANGE failed");
         let deadline = Instant::now() + STARTUP_LIMIT;
@@ -83,13 +72,13 @@ impl TlsRedis {
         redis
     }
 
-    /// Starts `redis-server` with `extra` arguments and waits until it listens. A free port can
-    /// be taken by another test's server before this one binds it: a server that exits, or a
-    /// port answered by another process, means another try (its folder made anew).
-    fn spawn(extra: &[&str]) -> Self {
+    /// Starts `redis-server`, in cluster mode when asked, and waits until it listens. A free
+    /// port can be taken by another test's server before this one binds it: a server that exits,
+    /// or a port answered by another process, means another try (ports and folder chosen anew).
+    fn spawn(cluster: bool) -> Self {
         let mut log = String::new();
         for _ in 0..ATTEMPTS {
-            let mut redis = Self::launch(extra);
+            let mut redis = Self::launch(cluster);
             if redis.answers_as_itself() {
                 return redis;
             }
@@ -100,7 +89,7 @@ impl TlsRedis {
 
     /// A new folder with the authority and the server's certificate, and `redis-server` started
     /// there on a free port.
-    fn launch(extra: &[&str]) -> Self {
+    fn launch(cluster: bool) -> Self {
         let dir = std::env::temp_dir().join(format!("moviedb-tls-redis-{}", random_hex(6)));
         std::fs::create_dir_all(&dir).expect("create the folder of the TLS Redis");
         // The authority (self-signed), then the request for the server's certificate.
@@ -136,6 +125,19 @@ impl TlsRedis {
                 "names.ext",
             ],
         );
+        // The bus port is named: by default it is the client port + 10000, which may not exist.
+        let bus_port = free_port().to_string();
+        let cluster_mode = [
+            "--cluster-enabled",
+            "yes",
+            "--tls-cluster",
+            "yes",
+            "--cluster-port",
+            &bus_port,
+            "--cluster-config-file",
+            "nodes.conf",
+        ];
+        let extra: &[&str] = if cluster { &cluster_mode } else { &[] };
         let port = free_port();
         let child = Command::new("redis-server")
             .args([

@@ -1,15 +1,17 @@
 //! The cross-cutting HTTP layers around every route: an `x-request-id` on every request, echoed
 //! on its response and named in its log span; a span per request (method, path, `Mcp-Method`,
-//! `Mcp-Name`), ending with a line at `debug` (target `mcp_mrtr::http`) giving status and
-//! latency; CORS for browser clients on the allowed origins, with preflights from any other
-//! origin refused with 403; and a handler that panics answered with a JSON-RPC -32603 instead of
-//! a dropped connection.
+//! `Mcp-Name`), open until its answer is sent or its stream ends, with lines at `debug` (target
+//! `mcp_mrtr::http`) giving the status and latency of each answer and the length of each stream;
+//! CORS for browser clients on the allowed origins, with preflights from any other origin
+//! refused with 403; and a handler that panics answered with a JSON-RPC -32603 instead of a
+//! dropped connection.
 //!
 //! Every request goes through them, so they keep off its path what it does not need. The request
 //! id, the span and the panic guard are one service whose future wraps the handler's, boxing
-//! neither it nor the body (tower-http's four layers for the same work took 7-10 % more time per
-//! round trip); the span's fields and the clock are read only when the span is logged or
-//! exported; CORS (tower-http) runs only for requests that come with an `Origin` (browsers).
+//! neither it nor an answer of known length (tower-http's four layers for the same work made a
+//! round trip 6-10 % slower); the span's fields are read only when it is logged or exported, the
+//! clock only when the lines are; CORS (tower-http) runs only for requests that come with an
+//! `Origin` (browsers).
 
 use std::any::Any;
 use std::future::{Future, Ready, ready};
@@ -23,12 +25,14 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode, header};
+use bytes::Bytes;
 use futures::future::Either;
+use http_body::{Body as HttpBody, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use rand::RngCore;
 use tower::{Layer, Service, ServiceBuilder};
 use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, Cors, CorsLayer, ExposeHeaders};
-use tracing::Span;
+use tracing::{Level, Span};
 
 use super::origin::OriginPolicy;
 use crate::protocol::ProtocolError;
@@ -36,6 +40,9 @@ use crate::protocol::error::excerpt;
 use crate::protocol::jsonrpc::error_bytes;
 
 const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The target of the lines logged when a request is answered and when its stream ends.
+const LOG_TARGET: &str = "mcp_mrtr::http";
 
 /// The response headers a browser page may read: the session, the revision, the challenge of a
 /// refused sign-in, the request id and when to come back.
@@ -200,7 +207,8 @@ where
             }
         };
         let span = span_for(&request);
-        let started = (!span.is_disabled()).then(Instant::now);
+        // The clock is read only for the lines that give durations, when they are logged.
+        let started = tracing::enabled!(target: LOG_TARGET, Level::DEBUG).then(Instant::now);
         let called = {
             let _entered = span.enter();
             catch_unwind(AssertUnwindSafe(|| self.inner.call(request)))
@@ -239,19 +247,22 @@ where
     type Output = Result<Response<Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
+        let mut this = self.project();
         let _entered = this.span.enter();
-        let polled = match this.handler.as_pin_mut() {
+        let polled = match this.handler.as_mut().as_pin_mut() {
             Some(handler) => catch_unwind(AssertUnwindSafe(|| handler.poll(cx))),
             None => Ok(Poll::Ready(Ok(this
                 .answered
                 .take()
                 .expect("a request's future polled after it finished")))),
         };
+        if !matches!(polled, Ok(Poll::Pending)) {
+            // Spent (or panicked): never polled again, and its state freed now.
+            this.handler.set(None);
+        }
         let mut response = match polled {
             Ok(Poll::Pending) => return Poll::Pending,
-            Ok(Poll::Ready(Ok(response))) => response,
-            Ok(Poll::Ready(Err(error))) => return Poll::Ready(Err(error)),
+            Ok(Poll::Ready(answer)) => answer?,
             Err(panic) => answer_panic(panic),
         };
         if let Some(id) = this.id.take() {
@@ -259,13 +270,67 @@ where
         }
         if let Some(started) = this.started {
             tracing::debug!(
-                target: "mcp_mrtr::http",
+                target: LOG_TARGET,
                 status = response.status().as_u16(),
                 latency_ms = started.elapsed().as_millis() as u64,
                 "finished processing request"
             );
         }
+        let body = response.body();
+        let streamed = !body.is_end_stream() && body.size_hint().exact().is_none();
+        if streamed && (!this.span.is_disabled() || this.started.is_some()) {
+            response = response.map(|body| {
+                Body::new(InSpan {
+                    body,
+                    span: this.span.clone(),
+                    started: *this.started,
+                })
+            });
+        }
         Poll::Ready(Ok(response))
+    }
+}
+
+pin_project! {
+    /// A streamed answer's body (SSE), read in its request's span, which stays open until the
+    /// stream ends or is dropped. Answers of a known length are not wrapped.
+    struct InSpan {
+        #[pin]
+        body: Body,
+        span: Span,
+        started: Option<Instant>,
+    }
+}
+
+impl HttpBody for InSpan {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = self.project();
+        let _entered = this.span.enter();
+        let polled = this.body.poll_frame(cx);
+        if matches!(polled, Poll::Ready(None))
+            && let Some(started) = this.started.take()
+        {
+            tracing::debug!(
+                target: LOG_TARGET,
+                stream_ms = started.elapsed().as_millis() as u64,
+                "end of stream"
+            );
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
