@@ -5,6 +5,7 @@ use std::cell::Cell;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
+use serde_json::map::Entry;
 use serde_json::{Map, Value};
 
 use super::error::ProtocolError;
@@ -245,13 +246,17 @@ impl<'de> Visitor<'de> for Strict<'_> {
         let mut object = Map::new();
         while let Some(key) = map.next_key::<String>()? {
             let value = map.next_value_seed(self)?;
-            if object.contains_key(&key) {
-                return Err(de::Error::custom(format!(
-                    "duplicate key `{}`",
-                    super::error::excerpt(&key)
-                )));
+            match object.entry(key) {
+                Entry::Vacant(slot) => {
+                    slot.insert(value);
+                }
+                Entry::Occupied(taken) => {
+                    return Err(de::Error::custom(format!(
+                        "duplicate key `{}`",
+                        super::error::excerpt(taken.key())
+                    )));
+                }
             }
-            object.insert(key, value);
         }
         Ok(Value::Object(object))
     }

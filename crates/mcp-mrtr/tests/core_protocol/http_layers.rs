@@ -1,14 +1,8 @@
 //! What every HTTP answer carries besides MCP: an `x-request-id`, CORS for browser pages on the
-//! allowed origins (and a 403 for preflights from others), a JSON-RPC error, not a dropped
-//! connection, when a handler panics, and a request span that lasts as long as the answer.
-
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+//! allowed origins (and a 403 for preflights from others), and a JSON-RPC error, not a dropped
+//! connection, when a handler panics. The request span's life is tested in `request_span.rs`.
 
 use serde_json::json;
-use tracing::span;
-use tracing_subscriber::layer::{self, Layer, SubscriberExt as _};
-use tracing_subscriber::registry::{LookupSpan, Registry};
 
 use crate::support::{ServerOptions, TestServer};
 
@@ -174,113 +168,4 @@ async fn a_handler_that_panics_gets_a_json_rpc_error_and_the_server_goes_on() {
 
     let after = client.request("tools/list").send().await;
     assert_eq!(after.status.as_u16(), 200, "the server still serves");
-}
-
-/// What a tracing subscriber saw: the lines of target `mcp_mrtr::http` and each closing of a
-/// request span, in order.
-#[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<String>>>);
-
-impl Seen {
-    fn lines(&self) -> Vec<String> {
-        self.0.lock().map(|lines| lines.clone()).unwrap_or_default()
-    }
-
-    fn clear(&self) {
-        if let Ok(mut lines) = self.0.lock() {
-            lines.clear();
-        }
-    }
-
-    /// Waits until the request span has closed; the lines by then.
-    async fn after_the_span_closed(&self) -> Vec<String> {
-        let deadline = tokio::time::Instant::now() + super::PATIENCE;
-        loop {
-            let lines = self.lines();
-            if lines.iter().any(|line| line == SPAN_CLOSED) {
-                return lines;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the request span never closed: {lines:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
-const SPAN_CLOSED: &str = "request span closed";
-
-/// The `message` field of an event.
-struct MessageOf(String);
-
-impl tracing::field::Visit for MessageOf {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.0 = format!("{value:?}");
-        }
-    }
-}
-
-impl<S> Layer<S> for Seen
-where
-    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
-{
-    fn on_event(&self, event: &tracing::Event<'_>, _: layer::Context<'_, S>) {
-        if event.metadata().target() == "mcp_mrtr::http" {
-            let mut message = MessageOf(String::new());
-            event.record(&mut message);
-            if let Ok(mut lines) = self.0.lock() {
-                lines.push(message.0);
-            }
-        }
-    }
-
-    fn on_close(&self, id: span::Id, context: layer::Context<'_, S>) {
-        let closed = context.span(&id).is_some_and(|span| {
-            span.name() == "request" && span.metadata().target().starts_with("mcp_mrtr")
-        });
-        if closed && let Ok(mut lines) = self.0.lock() {
-            lines.push(SPAN_CLOSED.to_owned());
-        }
-    }
-}
-
-// One thread: the server's tasks run where the subscriber is the default.
-#[tokio::test(flavor = "current_thread")]
-async fn a_streamed_answer_keeps_its_request_span_open_until_the_stream_ends() {
-    let seen = Seen::default();
-    let _default = tracing::subscriber::set_default(Registry::default().with(seen.clone()));
-    let server = server().await;
-    let client = server.client();
-    let streamed_call = || {
-        client
-            .request("tools/call")
-            .params(json!({"name": "progress_steps", "arguments": {}}))
-            .progress_token(json!("span-check"))
-            .send()
-    };
-    // The client reads the tools' output schemas (one `tools/list`) before its first call.
-    streamed_call().await;
-
-    seen.clear();
-    let listed = client.request("tools/list").send().await;
-    assert_eq!(listed.status.as_u16(), 200);
-    let lines = seen.after_the_span_closed().await;
-    assert_eq!(
-        lines,
-        ["finished processing request", SPAN_CLOSED],
-        "an answer of known length: one line, then the span closes"
-    );
-
-    seen.clear();
-    let streamed = streamed_call().await;
-    assert!(streamed.is_event_stream(), "{}", streamed.content_type());
-    assert_eq!(streamed.text(), "three steps done");
-    let lines = seen.after_the_span_closed().await;
-    assert_eq!(
-        lines,
-        ["finished processing request", "end of stream", SPAN_CLOSED],
-        "the span outlives the headers and closes once the stream has ended"
-    );
 }
