@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::net::{accepts_connections, free_port, random_hex};
+use super::net::{free_port, random_hex};
+use super::redis::answers_as;
 
 /// How long `redis-server` may take to listen.
 const STARTUP_LIMIT: Duration = Duration::from_secs(20);
@@ -79,7 +80,13 @@ impl TlsRedis {
         let mut log = String::new();
         for _ in 0..ATTEMPTS {
             let mut redis = Self::launch(cluster);
-            if redis.answers_as_itself() {
+            let deadline = Instant::now() + STARTUP_LIMIT;
+            let port = redis.port;
+            let authority = redis.authority();
+            let ours = answers_as(&mut redis.child, port, deadline, || {
+                cli_over_tls(&authority, port, &["info", "server"])
+            });
+            if ours {
                 return redis;
             }
             log = std::fs::read_to_string(redis.dir.join("redis.log")).unwrap_or_default();
@@ -166,37 +173,14 @@ impl TlsRedis {
         Self { port, child, dir }
     }
 
-    /// Waits until the server listens; whether the process answering on its port is this one.
-    fn answers_as_itself(&mut self) -> bool {
-        let ours = format!("process_id:{}", self.child.id());
-        let deadline = Instant::now() + STARTUP_LIMIT;
-        while !accepts_connections(self.port) {
-            let exited = self.child.try_wait().ok().flatten().is_some();
-            if exited || Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.cli(&["info", "server"])
-            .lines()
-            .any(|line| line.trim() == ours)
-    }
-
     /// Its URL: TLS, to the name its certificate is for.
     pub fn url(&self) -> String {
         format!("rediss://localhost:{}", self.port)
     }
 
-    /// What `redis-cli` answers to `args`, over TLS, trusting the test's authority.
+    /// What `redis-cli` answers to `args`.
     fn cli(&self, args: &[&str]) -> String {
-        let output = Command::new("redis-cli")
-            .args(["--tls", "--cacert"])
-            .arg(self.authority())
-            .args(["-h", "localhost", "-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli is installed");
-        String::from_utf8_lossy(&output.stdout).into_owned()
+        cli_over_tls(&self.authority(), self.port, args)
     }
 
     /// The file of the authority that issued its certificate.
@@ -211,4 +195,16 @@ impl Drop for TlsRedis {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// What `redis-cli` answers to `args` from the TLS Redis on `port`, trusting `authority`.
+fn cli_over_tls(authority: &Path, port: u16, args: &[&str]) -> String {
+    let output = Command::new("redis-cli")
+        .args(["--tls", "--cacert"])
+        .arg(authority)
+        .args(["-h", "localhost", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli is installed");
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }

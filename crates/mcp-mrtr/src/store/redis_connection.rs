@@ -195,24 +195,13 @@ pub async fn connect(config: &RedisStoreConfig) -> Result<Connected, StoreError>
     let single = if config.is_cluster() {
         None
     } else {
-        connect_step(limit, probe_single(config, first)).await?
+        bounded(limit, probe_single(config, first)).await?
     };
     let connection = match single {
         Some(manager) => RedisConnection::Single(manager),
-        None => connect_step(limit, open_cluster(config)).await?,
+        None => bounded(limit, open_cluster(config)).await?,
     };
     Ok(Connected { connection, nodes })
-}
-
-/// Awaits one step of connecting for at most `limit`.
-async fn connect_step<T>(
-    limit: Duration,
-    step: impl std::future::Future<Output = redis::RedisResult<T>>,
-) -> Result<T, StoreError> {
-    tokio::time::timeout(limit, step)
-        .await
-        .map_err(|_| StoreError("timed out connecting to Redis".into()))?
-        .map_err(|e| StoreError(e.to_string()))
 }
 
 /// A connection to the single server `node`, or `None` when it says it is a cluster node.
@@ -298,7 +287,7 @@ pub async fn query<T: redis::FromRedisValue>(
         .await
 }
 
-/// Awaits a Redis call for at most `timeout`.
+/// Awaits a Redis call, or a step of connecting, for at most `timeout`.
 pub(super) async fn bounded<T>(
     timeout: Duration,
     call: impl std::future::Future<Output = redis::RedisResult<T>>,

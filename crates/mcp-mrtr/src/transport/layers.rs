@@ -110,18 +110,15 @@ impl NumberedRequestId {
 
     fn next(&self) -> HeaderValue {
         let number = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut hex = [0u8; 32];
-        write_hex(&mut hex[..16], self.prefix);
-        write_hex(&mut hex[16..], scramble(number ^ self.key));
-        HeaderValue::from_bytes(&hex).unwrap_or(HeaderValue::from_static("unnumbered"))
-    }
-}
-
-/// `value` as 16 lower-case hex digits into `into`.
-fn write_hex(into: &mut [u8], value: u64) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for (place, digit) in into.iter_mut().rev().zip(0..16) {
-        *place = DIGITS[((value >> (4 * digit)) & 0xf) as usize];
+        let mut digits = [0u8; 32];
+        let (prefix, count) = digits.split_at_mut(16);
+        // Eight bytes always fill sixteen digits exactly: neither write can fail.
+        let written = hex::encode_to_slice(self.prefix.to_be_bytes(), prefix)
+            .and_then(|()| hex::encode_to_slice(scramble(number ^ self.key).to_be_bytes(), count));
+        written
+            .ok()
+            .and_then(|()| HeaderValue::from_bytes(&digits).ok())
+            .unwrap_or_else(|| HeaderValue::from_static("unnumbered"))
     }
 }
 
@@ -213,13 +210,14 @@ where
             let _entered = span.enter();
             catch_unwind(AssertUnwindSafe(|| self.inner.call(request)))
         };
-        let (handler, answered) = match called {
-            Ok(handler) => (Some(handler), None),
-            Err(panic) => (None, Some(span.in_scope(|| answer_panic(panic)))),
+        let stage = match called {
+            Ok(handler) => Stage::Running { handler },
+            Err(panic) => Stage::Answered {
+                response: span.in_scope(|| answer_panic(panic)),
+            },
         };
         Framed {
-            handler,
-            answered,
+            stage,
             id: Some(id),
             span,
             started,
@@ -228,12 +226,22 @@ where
 }
 
 pin_project! {
+    /// Where a request stands: its handler's future running, or the answer to a handler that
+    /// panicked before it returned one, or answered (the handler's state freed at once).
+    #[project = StageProjection]
+    #[project_replace = StageTaken]
+    enum Stage<F> {
+        Running { #[pin] handler: F },
+        Answered { response: Response<Body> },
+        Spent,
+    }
+}
+
+pin_project! {
     /// The handler's future, in its request's span, with the id to echo.
     struct Framed<F> {
         #[pin]
-        handler: Option<F>,
-        // The answer to a handler that panicked before it returned its future.
-        answered: Option<Response<Body>>,
+        stage: Stage<F>,
         id: Option<HeaderValue>,
         span: Span,
         started: Option<Instant>,
@@ -249,16 +257,18 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let _entered = this.span.enter();
-        let polled = match this.handler.as_mut().as_pin_mut() {
-            Some(handler) => catch_unwind(AssertUnwindSafe(|| handler.poll(cx))),
-            None => Ok(Poll::Ready(Ok(this
-                .answered
-                .take()
-                .expect("a request's future polled after it finished")))),
+        let polled = match this.stage.as_mut().project() {
+            StageProjection::Running { handler } => {
+                catch_unwind(AssertUnwindSafe(|| handler.poll(cx)))
+            }
+            _ => match this.stage.as_mut().project_replace(Stage::Spent) {
+                StageTaken::Answered { response } => Ok(Poll::Ready(Ok(response))),
+                _ => panic!("a request's future polled after it finished"),
+            },
         };
         if !matches!(polled, Ok(Poll::Pending)) {
-            // Spent (or panicked): never polled again, and its state freed now.
-            this.handler.set(None);
+            // Ready (or panicked): never polled again, and its state freed now.
+            this.stage.set(Stage::Spent);
         }
         let mut response = match polled {
             Ok(Poll::Pending) => return Poll::Pending,

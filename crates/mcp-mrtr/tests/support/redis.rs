@@ -1,10 +1,32 @@
-//! A redis-server of the test's own, to stop, crash and restart under a running server.
+//! A redis-server of the test's own, to stop, crash and restart under a running server; and the
+//! check every test's own redis-server passes before it is used ([`answers_as`]).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::net::{accepts_connections, free_port, random_hex, wait_until_closed};
+
+/// Waits until the `redis-server` started as `child` accepts connections on `port`, then tells
+/// whether the process answering there is `child`: a free port may be taken by another test's
+/// server before `child` binds it. `info_server` reads `INFO server` over that port. False too
+/// when `child` exits or `deadline` passes first.
+pub fn answers_as(
+    child: &mut Child,
+    port: u16,
+    deadline: Instant,
+    info_server: impl FnOnce() -> String,
+) -> bool {
+    let ours = format!("process_id:{}", child.id());
+    while !accepts_connections(port) {
+        let exited = !matches!(child.try_wait(), Ok(None));
+        if exited || Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    info_server().lines().any(|line| line.trim() == ours)
+}
 
 /// How long redis-server may take to accept connections.
 const STARTUP_LIMIT: Duration = Duration::from_secs(30);

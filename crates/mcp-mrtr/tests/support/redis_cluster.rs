@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::net::{accepts_connections, random_hex};
+use super::net::random_hex;
+use super::redis::answers_as;
 
 /// How long the cluster may take to form, or to fail over.
 const SETTLE_LIMIT: Duration = Duration::from_secs(60);
@@ -120,36 +121,19 @@ impl RedisCluster {
             };
             // The free port may be taken before the node binds it (another test's node, say):
             // the node then exits, and whoever answers on the port is not ours; try another.
-            if cluster.answers_as_itself(&mut node, deadline) {
+            let port = node.port;
+            let ours = node.child.as_mut().is_some_and(|child| {
+                answers_as(child, port, deadline, || {
+                    cluster.cli(port, &["info", "server"])
+                })
+            });
+            if ours {
                 cluster.nodes.push(node);
             } else {
                 node.kill();
             }
         }
         cluster
-    }
-
-    /// Waits until `node` accepts connections; whether the process answering there is `node`'s.
-    fn answers_as_itself(&self, node: &mut Node, deadline: Instant) -> bool {
-        let Some(child) = node.child.as_mut() else {
-            return false;
-        };
-        let ours = format!("process_id:{}", child.id());
-        loop {
-            if !matches!(child.try_wait(), Ok(None)) {
-                return false;
-            }
-            if accepts_connections(node.port) {
-                let info = self.cli(node.port, &["info", "server"]);
-                return info.lines().any(|line| line.trim() == ours);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "node {} did not start",
-                node.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
     }
 
     /// The node URLs, comma-separated, as `REDIS_URL` takes them.
