@@ -145,20 +145,40 @@ async fn over_tls_a_redis_cluster_lets_each_round_land_on_a_different_replica() 
 /// rather than leaving it hanging.
 #[test]
 fn a_redis_that_accepts_but_never_answers_stops_the_start_with_the_reason() {
+    let address = hold_silent_port();
+    let mut settings = SharedSettings::new(format!("redis://{address}"));
+    settings.extra_env = vec![("MOVIEDB_REDIS_TIMEOUT_MS".into(), "300".into())];
+    let refusal = support::cluster::failed_start(&settings);
+    assert!(refusal.contains("cannot reach Redis"), "{refusal}");
+    assert!(refusal.contains("timed out"), "{refusal}");
+}
+
+/// The same on the way to a Redis Cluster: nodes that accept connections and never answer stop
+/// the start with the reason once discovering the cluster runs out of time.
+#[test]
+fn redis_cluster_nodes_that_accept_but_never_answer_stop_the_start_with_the_reason() {
+    let nodes: Vec<String> = (0..2)
+        .map(|_| format!("redis://{}", hold_silent_port()))
+        .collect();
+    let mut settings = SharedSettings::new(nodes.join(","));
+    settings.extra_env = vec![("MOVIEDB_REDIS_TIMEOUT_MS".into(), "300".into())];
+    let refusal = support::cluster::failed_start(&settings);
+    assert!(refusal.contains("cannot reach Redis"), "{refusal}");
+    assert!(refusal.contains("timed out"), "{refusal}");
+}
+
+/// The address of a port that accepts every connection and holds it open, answering nothing,
+/// for as long as the test binary runs (a Redis behind a broken proxy, say).
+fn hold_silent_port() -> std::net::SocketAddr {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a silent port");
     let address = silent.local_addr().expect("the silent port's address");
-    // Holds every connection open, answering nothing, for as long as the test binary runs.
     std::thread::spawn(move || {
         let mut held = Vec::new();
         for stream in silent.incoming().flatten() {
             held.push(stream);
         }
     });
-    let mut settings = SharedSettings::new(format!("redis://{address}"));
-    settings.extra_env = vec![("MOVIEDB_REDIS_TIMEOUT_MS".into(), "300".into())];
-    let refusal = support::cluster::failed_start(&settings);
-    assert!(refusal.contains("cannot reach Redis"), "{refusal}");
-    assert!(refusal.contains("timed out"), "{refusal}");
+    address
 }
 
 /// Settings for replicas on `redis` that trust its certificate authority (and only it).
