@@ -115,6 +115,7 @@ fn raise_open_file_limit() -> u64 {
 }
 
 /// One open connection, as the accept loop sees it.
+#[derive(Default)]
 struct Tracked {
     /// Milliseconds since the registry's clock started, at the last check that found bytes
     /// moved (checks run every quarter of the idle timeout, at most every second).
@@ -171,14 +172,7 @@ impl Registry {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let tracked = Arc::new(Tracked {
             last_active: AtomicU64::new(self.now()),
-            moved: AtomicBool::new(false),
-            busy: AtomicUsize::new(0),
-            started: AtomicU64::new(0),
-            read_after: AtomicU64::new(0),
-            http2: AtomicBool::new(false),
-            held_up: AtomicBool::new(false),
-            blocked: AtomicBool::new(false),
-            close: Notify::new(),
+            ..Tracked::default()
         });
         self.lock().insert(id, tracked.clone());
         (id, tracked)
@@ -553,6 +547,9 @@ impl Watched {
     fn written(&self, polled: &Poll<std::io::Result<usize>>, offered: usize) {
         let written = match polled {
             Poll::Ready(Ok(written)) => *written,
+            // The task's turn ran out before the socket was tried (tokio's cooperative budget):
+            // that says nothing of the client. A socket's own `Pending` gives the budget back.
+            Poll::Pending if !tokio::task::coop::has_budget_remaining() => return,
             Poll::Pending => 0,
             Poll::Ready(Err(_)) => return,
         };
@@ -637,5 +634,46 @@ impl AsyncWrite for Watched {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write that tokio puts off because the task has used up its turn is not the client's
+    /// doing: it must not count as held up, or a busy connection could be cut off as a slow
+    /// reader.
+    #[tokio::test]
+    async fn a_write_put_off_by_the_tasks_budget_is_not_held_up() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a port");
+        let address = listener.local_addr().expect("its address");
+        let _client = TcpStream::connect(address).await.expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        let tracked = Arc::new(Tracked::default());
+        let mut watched = Watched {
+            inner: server,
+            tracked: tracked.clone(),
+            preface_seen: None,
+        };
+        std::future::poll_fn(|cx| {
+            // Spends the task's budget, as a task that did much work in one turn would.
+            while let Poll::Ready(progress) = tokio::task::coop::poll_proceed(cx) {
+                progress.made_progress();
+            }
+            let polled = Pin::new(&mut watched).poll_write(cx, b"an answer");
+            assert!(polled.is_pending(), "the spent budget puts the write off");
+            Poll::Ready(())
+        })
+        .await;
+        assert!(!tracked.held_up.load(Ordering::Relaxed));
+        assert!(!tracked.blocked.load(Ordering::Relaxed));
+
+        // With a turn to spare, the socket takes the write whole: not held up either.
+        let written = std::future::poll_fn(|cx| Pin::new(&mut watched).poll_write(cx, b"x")).await;
+        assert_eq!(written.expect("the write"), 1);
+        assert!(!tracked.held_up.load(Ordering::Relaxed));
     }
 }
