@@ -43,22 +43,45 @@ struct AuthorizationServer {
 }
 
 impl AuthorizationServer {
+    /// On a free port. That port may be taken by another test's process before Node binds it,
+    /// so a server that does not start is tried again on another.
     fn start(keys: &Path) -> Self {
-        Self::start_on(free_port(), keys)
+        let mut why = String::new();
+        for _ in 0..3 {
+            match Self::try_start_on(free_port(), keys) {
+                Ok(server) => return server,
+                Err(failure) => why = failure,
+            }
+        }
+        panic!("oidc-provider did not start in 3 tries: {why}");
     }
 
     /// On `port`, so that a restart keeps the issuer.
     fn start_on(port: u16, keys: &Path) -> Self {
-        let mut child = Command::new("node")
+        Self::try_start_on(port, keys)
+            .unwrap_or_else(|why| panic!("oidc-provider did not start: {why}"))
+    }
+
+    /// Starts it and waits for its "listening"; otherwise stops it and says what it wrote.
+    fn try_start_on(port: u16, keys: &Path) -> Result<Self, String> {
+        let errors_path =
+            std::env::temp_dir().join(format!("moviedb-oidc-provider-{}.log", random_hex(6)));
+        let errors = std::fs::File::create(&errors_path).expect("create its error log");
+        let child = Command::new("node")
             .arg(oauth_dir().join("authorization_server.mjs"))
             .arg(port.to_string())
             .arg(keys)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(errors)
             .spawn()
             .expect("start oidc-provider under node");
-        let stdout = child.stdout.take().expect("its stdout");
+        // Stopped on drop, whatever happens next.
+        let mut server = Self {
+            child,
+            issuer: format!("http://127.0.0.1:{port}"),
+        };
+        let stdout = server.child.stdout.take().expect("its stdout");
         let (said, heard) = std::sync::mpsc::channel();
         // Read on: a closed pipe would fail the server's next write.
         std::thread::spawn(move || {
@@ -66,11 +89,18 @@ impl AuthorizationServer {
                 let _ = said.send(line);
             }
         });
-        let first = heard.recv_timeout(PATIENCE).unwrap_or_default();
-        assert_eq!(first.trim(), "listening", "oidc-provider did not start");
-        Self {
-            child,
-            issuer: format!("http://127.0.0.1:{port}"),
+        let first = heard.recv_timeout(PATIENCE);
+        let written = std::fs::read_to_string(&errors_path).unwrap_or_default();
+        let _ = std::fs::remove_file(&errors_path);
+        if first
+            .as_deref()
+            .is_ok_and(|line| line.trim() == "listening")
+        {
+            Ok(server)
+        } else {
+            Err(format!(
+                "on port {port}, first line {first:?}, error output: {written}"
+            ))
         }
     }
 
