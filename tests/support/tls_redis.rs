@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::net::{free_port, random_hex};
-use super::redis::answers_as;
+use super::redis::{answers_as, redis_cli, serve_every_slot};
 
 /// How long `redis-server` may take to listen.
 const STARTUP_LIMIT: Duration = Duration::from_secs(20);
@@ -63,8 +63,7 @@ impl TlsRedis {
     /// One node in cluster mode, serving every slot, TLS on its bus as on its clients' port.
     pub fn one_node_cluster() -> Self {
         let redis = Self::spawn(true);
-        let assigned = redis.cli(&["cluster", "addslotsrange", "0", "16383"]);
-        assert_eq!(assigned.trim(), "OK", "CLUSTER ADDSLOTSRANGE failed");
+        serve_every_slot(|args| redis.cli(args));
         let deadline = Instant::now() + STARTUP_LIMIT;
         while !redis.cli(&["cluster", "info"]).contains("cluster_state:ok") {
             assert!(Instant::now() < deadline, "the TLS cluster did not settle");
@@ -199,12 +198,12 @@ impl Drop for TlsRedis {
 
 /// What `redis-cli` answers to `args` from the TLS Redis on `port`, trusting `authority`.
 fn cli_over_tls(authority: &Path, port: u16, args: &[&str]) -> String {
-    let output = Command::new("redis-cli")
+    let output = redis_cli()
         .args(["--tls", "--cacert"])
         .arg(authority)
         .args(["-h", "localhost", "-p", &port.to_string()])
         .args(args)
         .output()
-        .expect("redis-cli is installed");
+        .expect("coreutils' timeout runs");
     String::from_utf8_lossy(&output.stdout).into_owned()
 }

@@ -115,10 +115,10 @@ impl NumberedRequestId {
         // Eight bytes always fill sixteen digits exactly: neither write can fail.
         let written = hex::encode_to_slice(self.prefix.to_be_bytes(), prefix)
             .and_then(|()| hex::encode_to_slice(scramble(number ^ self.key).to_be_bytes(), count));
-        written
-            .ok()
-            .and_then(|()| HeaderValue::from_bytes(&digits).ok())
-            .unwrap_or_else(|| HeaderValue::from_static("unnumbered"))
+        match written.map(|()| HeaderValue::from_bytes(&digits)) {
+            Ok(Ok(id)) => id,
+            _ => HeaderValue::from_static("unnumbered"),
+        }
     }
 }
 

@@ -28,6 +28,25 @@ pub fn answers_as(
     info_server().lines().any(|line| line.trim() == ours)
 }
 
+/// How long a `redis-cli` call may take: a node that accepts connections but never answers
+/// would otherwise hold the test up for good.
+const CLI_LIMIT_SECS: &str = "30";
+
+/// `redis-cli`, stopped by coreutils' `timeout` when it runs past [`CLI_LIMIT_SECS`]; add its
+/// arguments.
+pub fn redis_cli() -> Command {
+    let mut command = Command::new("timeout");
+    command.args([CLI_LIMIT_SECS, "redis-cli"]);
+    command
+}
+
+/// Has the cluster node that `cli` talks to serve every slot, as a one-node cluster does
+/// (`redis-cli --cluster create` wants three masters).
+pub fn serve_every_slot(cli: impl FnOnce(&[&str]) -> String) {
+    let assigned = cli(&["cluster", "addslotsrange", "0", "16383"]);
+    assert_eq!(assigned.trim(), "OK", "CLUSTER ADDSLOTSRANGE failed");
+}
+
 /// How long redis-server may take to accept connections.
 const STARTUP_LIMIT: Duration = Duration::from_secs(30);
 

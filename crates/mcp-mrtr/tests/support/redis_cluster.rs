@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::net::random_hex;
-use super::redis::answers_as;
+use super::redis::{answers_as, redis_cli, serve_every_slot};
 
 /// How long the cluster may take to form, or to fail over.
 const SETTLE_LIMIT: Duration = Duration::from_secs(60);
@@ -60,12 +60,12 @@ impl RedisCluster {
             .iter()
             .map(|node| format!("127.0.0.1:{}", node.port))
             .collect();
-        let created = Command::new("redis-cli")
+        let created = redis_cli()
             .args(["--cluster", "create"])
             .args(&addresses)
             .args(["--cluster-replicas", "1", "--cluster-yes"])
             .output()
-            .expect("redis-cli is installed");
+            .expect("coreutils' timeout runs");
         assert!(
             created.status.success(),
             "redis-cli --cluster create failed: {}",
@@ -78,11 +78,7 @@ impl RedisCluster {
     /// One node in cluster mode that serves every slot (`redis-cli --cluster create` wants three).
     pub fn one_node() -> Self {
         let cluster = Self::spawn(1, 1);
-        let assigned = cluster.cli(
-            cluster.nodes[0].port,
-            &["cluster", "addslotsrange", "0", "16383"],
-        );
-        assert_eq!(assigned.trim(), "OK", "CLUSTER ADDSLOTSRANGE failed");
+        serve_every_slot(|args| cluster.cli(cluster.nodes[0].port, args));
         cluster.wait_until_settled();
         cluster
     }
@@ -176,11 +172,11 @@ impl RedisCluster {
     }
 
     fn cli(&self, port: u16, args: &[&str]) -> String {
-        let output = Command::new("redis-cli")
+        let output = redis_cli()
             .args(["-p", &port.to_string()])
             .args(args)
             .output()
-            .expect("redis-cli is installed");
+            .expect("coreutils' timeout runs");
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
