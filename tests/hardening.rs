@@ -323,13 +323,18 @@ async fn read_more(stream: &mut TcpStream, received: &mut Vec<u8>) -> bool {
     }
 }
 
-/// A 2026-07-28 `tools/list` request to the server at `addr`, as HTTP/1.1 bytes.
-fn raw_tools_list(addr: SocketAddr) -> Vec<u8> {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+/// The body of a 2026-07-28 `tools/list` request.
+fn tools_list_body() -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {}
     }}})
-    .to_string();
+    .to_string()
+}
+
+/// A 2026-07-28 `tools/list` request to the server at `addr`, as HTTP/1.1 bytes.
+fn raw_tools_list(addr: SocketAddr) -> Vec<u8> {
+    let body = tools_list_body();
     format!(
         "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {MODERN}\r\n\
@@ -465,6 +470,142 @@ async fn an_http2_connection_may_idle_between_streams_past_the_header_timeout() 
     assert!(
         answered,
         "HTTP/2 connections owe no headers between streams; only the idle timeout closes them"
+    );
+}
+
+/// What an HTTP/2 client that never widens its flow-control windows saw.
+struct Stalled {
+    /// The status of the answer to its `tools/list`, if it sent one and the headers came.
+    status: Option<u16>,
+    /// How long after its request (or its opening) the server closed the connection, if it did
+    /// within the limit.
+    closed: Option<Duration>,
+}
+
+/// Opens an HTTP/2 connection to `addr` whose streams may receive `window` bytes each (a window
+/// the client never widens), sends `tools/list` on it when `request` is set, keeps the answer's
+/// stream open and pings the server every quarter second until the server closes the connection
+/// or `limit` passes.
+async fn http2_never_giving_room(
+    addr: SocketAddr,
+    window: u32,
+    request: bool,
+    limit: Duration,
+) -> Stalled {
+    let tcp = TcpStream::connect(addr).await.expect("connects");
+    let (mut client, mut connection) = h2::client::Builder::new()
+        .initial_window_size(window)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .expect("HTTP/2 opening");
+    let mut pinger = connection.ping_pong().expect("the connection's pinger");
+    let driven = tokio::spawn(connection);
+    let started = Instant::now();
+    let mut status = None;
+    // Held until the end: dropping the answer would reset its stream.
+    let mut _answer = None;
+    if request {
+        let headers = axum::http::Request::post(format!("http://{addr}/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", MODERN)
+            .header("mcp-method", "tools/list")
+            .body(())
+            .expect("a request");
+        let (answer, mut body) = client
+            .send_request(headers, false)
+            .expect("sends the request");
+        body.send_data(tools_list_body().into(), true)
+            .expect("sends its body");
+        let answer = tokio::time::timeout(Duration::from_secs(5), answer).await;
+        if let Ok(Ok(answer)) = answer {
+            status = Some(answer.status().as_u16());
+            _answer = Some((answer, body));
+        }
+    }
+    let closed = loop {
+        if started.elapsed() >= limit {
+            break None;
+        }
+        let ping = tokio::time::timeout(Duration::from_secs(1), pinger.ping(h2::Ping::opaque()));
+        if !matches!(ping.await, Ok(Ok(_))) || driven.is_finished() {
+            break Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    driven.abort();
+    Stalled { status, closed }
+}
+
+/// HTTP/2 flow control lets a client stall an answer without filling the socket, so the
+/// held-up rule never sees it: an answer whose stream the client gives no room at all waits
+/// in the server for good, a request in flight that keeps the connection from ever being idle.
+/// One that no answer has moved on for the idle timeout is cut off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_client_that_gives_its_answers_no_room_is_cut_off() {
+    let launch = Launch::with_args(["--idle-timeout-secs", "2", "--shutdown-grace-secs", "20"]);
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let addr = address_of(server.url());
+    let stalled = http2_never_giving_room(addr, 0, true, Duration::from_secs(15)).await;
+    println!(
+        "HTTP/2 tools/list, stream window 0, pinging, idle timeout 2 s: status {:?}, closed {:.1?} \
+         after the request",
+        stalled.status, stalled.closed
+    );
+    assert_eq!(
+        stalled.status,
+        Some(200),
+        "the answer's headers need no room"
+    );
+    let closed = stalled.closed.expect("the connection is closed");
+    assert!(
+        (Duration::from_millis(1500)..Duration::from_secs(6)).contains(&closed),
+        "cut off once its answer has waited for room for the 2 s idle timeout: closed {closed:.1?} \
+         after the request"
+    );
+    let mut fresh = TcpStream::connect(addr).await.expect("connects");
+    assert_eq!(
+        exchange(&mut fresh, &raw_tools_list(addr)).await,
+        Some(200),
+        "other clients are served"
+    );
+}
+
+/// An HTTP/2 client can send frames forever without a request (PINGs here): only requests, and
+/// answers moving, keep a connection from being idle. One with an answer let through a byte at
+/// a time (its stream's window is one byte) goes idle once the answer is handed to HTTP/2, and
+/// is closed after the idle timeout and the grace period that lets a closing connection finish
+/// what it sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_client_that_only_pings_is_closed_when_idle() {
+    let launch = Launch::with_args(["--idle-timeout-secs", "2", "--shutdown-grace-secs", "2"]);
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let addr = address_of(server.url());
+    let limit = Duration::from_secs(15);
+    let (pinging, trickled) = tokio::join!(
+        http2_never_giving_room(addr, 0, false, limit),
+        http2_never_giving_room(addr, 1, true, limit),
+    );
+    println!(
+        "HTTP/2, idle timeout 2 s, grace 2 s, pinging every 0.25 s: with no request closed \
+         {:.1?} after opening; with tools/list on a 1-byte window: status {:?}, closed {:.1?} \
+         after the request",
+        pinging.closed, trickled.status, trickled.closed
+    );
+    let closed = pinging
+        .closed
+        .expect("the connection with no request is closed");
+    assert!(
+        (Duration::from_millis(1500)..Duration::from_secs(5)).contains(&closed),
+        "PINGs do not keep a connection open: closed {closed:.1?} after opening"
+    );
+    assert_eq!(trickled.status, Some(200));
+    let closed = trickled
+        .closed
+        .expect("the connection with a stalled answer is closed");
+    assert!(
+        (Duration::from_millis(1500)..Duration::from_secs(9)).contains(&closed),
+        "closed after the idle timeout and the grace period: {closed:.1?} after the request"
     );
 }
 

@@ -11,7 +11,10 @@
 //! ends, so a client too slow to read its answers is not kept open by their last bytes. A
 //! connection whose writes the client has held up (by not reading) in every check for the idle
 //! timeout is closed too, requests in flight or not: a client that sends many requests at once
-//! and reads the answers a trickle at a time would otherwise keep one in flight forever. These
+//! and reads the answers a trickle at a time would otherwise keep one in flight forever. On
+//! HTTP/2, whose flow control lets a client stall an answer without filling the socket, a
+//! connection is cut off when an answer has waited for the client to give it room for the idle
+//! timeout, and only requests and answers keep it from being idle (a client's PINGs do not). These
 //! rules are checked here rather than by hyper, whose header timer also runs while a kept-alive
 //! connection waits for its next request and would close it long before the idle timeout. Each
 //! request carries its peer's address as [`ConnectInfo`].
@@ -39,6 +42,7 @@ use axum::http::{HeaderValue, header};
 use http_body_util::BodyExt as _;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -141,9 +145,25 @@ struct Tracked {
     blocked: AtomicBool,
     /// Asks the connection to close once its current request, if any, is answered.
     close: Notify,
+    /// HTTP/2 only: the answers hyper holds a frame of until the client gives it room (flow
+    /// control), by number, with when each began to wait.
+    awaiting_room: Mutex<HashMap<u64, Instant>>,
+    /// HTTP/2 answers numbered so far.
+    answers: AtomicU64,
 }
 
 impl Tracked {
+    fn awaiting_room(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Instant>> {
+        self.awaiting_room.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How long the answer that has waited the longest for the client to give it room has
+    /// waited, if one is waiting.
+    fn longest_wait_for_room(&self) -> Option<Duration> {
+        let waiting = self.awaiting_room();
+        waiting.values().min().map(Instant::elapsed)
+    }
+
     /// Whether the connection owes a request's headers: an HTTP/1 connection with no request in
     /// flight that has had no request yet, or has read bytes since its last request began.
     fn awaits_headers(&self) -> bool {
@@ -385,16 +405,25 @@ impl Served {
             hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
                 request.extensions_mut().insert(ConnectInfo(peer));
                 let busy = Busy::start(tracked.clone());
+                // Only HTTP/2 answers are watched for room (see `RoomWatched`).
+                let http2 = tracked
+                    .http2
+                    .load(Ordering::Relaxed)
+                    .then(|| tracked.clone());
                 let (router, drain) = (router.clone(), drain.clone());
                 async move {
                     let response = router.oneshot(request).await;
                     response.map(|response| {
                         let mut response = response.map(|body| {
                             // Busy until the body is sent (or dropped): streams are not idle.
-                            Body::new(body.map_frame(move |frame| {
+                            let body = Body::new(body.map_frame(move |frame| {
                                 let _busy = &busy;
                                 frame
-                            }))
+                            }));
+                            match http2 {
+                                Some(tracked) => Body::new(RoomWatched::new(body, tracked)),
+                                None => body,
+                            }
                         });
                         if drain.has_begun() {
                             response
@@ -476,6 +505,16 @@ impl Served {
                     } else {
                         held_up_since = None;
                     }
+                    if tracked
+                        .longest_wait_for_room()
+                        .is_some_and(|waited| waited >= limits.idle_timeout)
+                    {
+                        // HTTP/2 flow control lets a client stall an answer without filling the
+                        // socket: one that has not let an answer move for a whole idle timeout
+                        // is cut off the same way.
+                        tracing::debug!(%peer, "connection cut off: no room given for answers");
+                        break;
+                    }
                     if closing_since.is_some() {
                         continue;
                     }
@@ -524,6 +563,73 @@ impl Drop for Busy {
     }
 }
 
+pin_project! {
+    /// The body of an answer on an HTTP/2 connection, noting while hyper holds a frame of it
+    /// that the client has not given room for: hyper asks for the next frame only once the
+    /// client's flow-control window lets the last one go (or, for the first, before any has
+    /// been asked for).
+    struct RoomWatched<B> {
+        #[pin]
+        inner: B,
+        tracked: Arc<Tracked>,
+        number: u64,
+        waiting: bool,
+    }
+
+    impl<B> PinnedDrop for RoomWatched<B> {
+        fn drop(this: Pin<&mut Self>) {
+            if this.waiting {
+                this.tracked.awaiting_room().remove(&this.number);
+            }
+        }
+    }
+}
+
+impl<B> RoomWatched<B> {
+    fn new(inner: B, tracked: Arc<Tracked>) -> Self {
+        let number = tracked.answers.fetch_add(1, Ordering::Relaxed);
+        tracked.awaiting_room().insert(number, Instant::now());
+        Self {
+            inner,
+            tracked,
+            number,
+            waiting: true,
+        }
+    }
+}
+
+impl<B: http_body::Body> http_body::Body for RoomWatched<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        let polled = this.inner.poll_frame(cx);
+        // Each frame handed over starts a new wait; the body's own pauses (a stream with
+        // nothing to send yet) are not the client's doing.
+        if let Poll::Ready(Some(Ok(_))) = polled {
+            let now = Instant::now();
+            this.tracked.awaiting_room().insert(*this.number, now);
+            *this.waiting = true;
+        } else if *this.waiting {
+            this.tracked.awaiting_room().remove(this.number);
+            *this.waiting = false;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// How an HTTP/2 connection opens. All of it is matched, as hyper does before it speaks HTTP/2:
 /// `PRI / HTTP/1.1` is an HTTP/1 request, whose headers are timed like any other.
 const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -567,8 +673,12 @@ impl Watched {
         if bytes.is_empty() {
             return;
         }
-        self.moved(bytes.len());
         let tracked = &self.tracked;
+        // An HTTP/2 client can send frames (PING, WINDOW_UPDATE, SETTINGS) forever without a
+        // request: only its requests, and the answers moving, keep it from being idle.
+        if !tracked.http2.load(Ordering::Relaxed) {
+            self.moved(bytes.len());
+        }
         if tracked.busy.load(Ordering::Acquire) == 0 {
             let started = tracked.started.load(Ordering::Acquire);
             tracked.read_after.store(started + 1, Ordering::Release);
