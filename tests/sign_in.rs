@@ -21,6 +21,11 @@ use support::net::{free_port, random_hex};
 const READ: &str = "movies:read";
 /// How long the authorization server, a token or the SDK client may take.
 const PATIENCE: Duration = Duration::from_secs(60);
+/// How long one start of the authorization server may take before it is tried again: it is
+/// listening within a second here, but a CI run once saw one stay silent for a minute.
+const START_PATIENCE: Duration = Duration::from_secs(20);
+/// Tries at starting the authorization server.
+const START_TRIES: usize = 3;
 const WRITE: &str = "watchlist:write";
 
 fn oauth_dir() -> PathBuf {
@@ -39,6 +44,7 @@ fn oauth_dir() -> PathBuf {
 /// killed on drop.
 struct AuthorizationServer {
     child: Child,
+    port: u16,
     issuer: String,
 }
 
@@ -47,22 +53,29 @@ impl AuthorizationServer {
     /// so a server that does not start is tried again on another.
     fn start(keys: &Path) -> Self {
         let mut why = String::new();
-        for _ in 0..3 {
+        for _ in 0..START_TRIES {
             match Self::try_start_on(free_port(), keys) {
                 Ok(server) => return server,
                 Err(failure) => why = failure,
             }
         }
-        panic!("oidc-provider did not start in 3 tries: {why}");
+        panic!("oidc-provider did not start in {START_TRIES} tries: {why}");
     }
 
     /// On `port`, so that a restart keeps the issuer.
     fn start_on(port: u16, keys: &Path) -> Self {
-        Self::try_start_on(port, keys)
-            .unwrap_or_else(|why| panic!("oidc-provider did not start: {why}"))
+        let mut why = String::new();
+        for _ in 0..START_TRIES {
+            match Self::try_start_on(port, keys) {
+                Ok(server) => return server,
+                Err(failure) => why = failure,
+            }
+        }
+        panic!("oidc-provider did not start on port {port} in {START_TRIES} tries: {why}");
     }
 
-    /// Starts it and waits for its "listening"; otherwise stops it and says what it wrote.
+    /// Starts it and waits for its "listening"; otherwise stops it and says what it wrote and
+    /// what state its process was in.
     fn try_start_on(port: u16, keys: &Path) -> Result<Self, String> {
         let errors_path =
             std::env::temp_dir().join(format!("moviedb-oidc-provider-{}.log", random_hex(6)));
@@ -79,6 +92,7 @@ impl AuthorizationServer {
         // Stopped on drop, whatever happens next.
         let mut server = Self {
             child,
+            port,
             issuer: format!("http://127.0.0.1:{port}"),
         };
         let stdout = server.child.stdout.take().expect("its stdout");
@@ -89,7 +103,7 @@ impl AuthorizationServer {
                 let _ = said.send(line);
             }
         });
-        let first = heard.recv_timeout(PATIENCE);
+        let first = heard.recv_timeout(START_PATIENCE);
         let written = std::fs::read_to_string(&errors_path).unwrap_or_default();
         let _ = std::fs::remove_file(&errors_path);
         if first
@@ -98,8 +112,17 @@ impl AuthorizationServer {
         {
             Ok(server)
         } else {
+            let process = std::fs::read_to_string(format!("/proc/{}/status", server.child.id()))
+                .ok()
+                .and_then(|status| {
+                    status
+                        .lines()
+                        .find(|line| line.starts_with("State:"))
+                        .map(str::to_owned)
+                })
+                .unwrap_or_else(|| "process gone".to_owned());
             Err(format!(
-                "on port {port}, first line {first:?}, error output: {written}"
+                "on port {port}, first line {first:?}, {process}, error output: {written}"
             ))
         }
     }
@@ -450,8 +473,8 @@ async fn without_an_issuer_the_log_says_sign_in_is_for_development() {
 async fn rotated_keys_are_fetched_again_but_made_up_key_ids_fetch_at_most_once_an_interval() {
     const FETCHED: &str = "fetched the authorization server's keys again";
     let (first_keys, rotated_keys) = (keys_file(), keys_file());
-    let port = free_port();
-    let authority = AuthorizationServer::start_on(port, &first_keys);
+    let authority = AuthorizationServer::start(&first_keys);
+    let port = authority.port;
     let server = resource_server_with(&authority.issuer, &["--auth-key-refresh-secs", "2"]).await;
     let resource = server.url().to_owned();
     let both = format!("{READ} {WRITE}");

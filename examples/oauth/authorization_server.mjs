@@ -26,6 +26,8 @@ if (!existsSync(keysFile)) {
     writeFileSync(keysFile, JSON.stringify({ keys }));
 }
 const jwks = JSON.parse(readFileSync(keysFile, 'utf8'));
+// Steps on stderr, so that a start that hangs says where.
+console.error('signing keys ready');
 
 // client id -> [signing algorithm, token lifetime in seconds]
 const clients = {
@@ -68,4 +70,5 @@ const provider = new Provider(issuer, {
         },
     },
 });
+console.error(`provider built, binding 127.0.0.1:${port}`);
 provider.listen(Number(port), '127.0.0.1', () => console.log('listening'));

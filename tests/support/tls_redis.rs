@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::net::{free_port, random_hex};
-use super::redis::{answers_as, redis_cli, serve_every_slot};
+use super::redis::{answers_as, cli_output, redis_cli, serve_every_slot};
 
 /// How long `redis-server` may take to listen.
 const STARTUP_LIMIT: Duration = Duration::from_secs(20);
@@ -198,12 +198,12 @@ impl Drop for TlsRedis {
 
 /// What `redis-cli` answers to `args` from the TLS Redis on `port`, trusting `authority`.
 fn cli_over_tls(authority: &Path, port: u16, args: &[&str]) -> String {
-    let output = redis_cli()
-        .args(["--tls", "--cacert"])
-        .arg(authority)
-        .args(["-h", "localhost", "-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("coreutils' timeout runs");
+    let output = cli_output(
+        redis_cli()
+            .args(["--tls", "--cacert"])
+            .arg(authority)
+            .args(["-h", "localhost", "-p", &port.to_string()])
+            .args(args),
+    );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }

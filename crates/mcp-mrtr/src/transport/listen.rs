@@ -158,8 +158,11 @@ impl Tracked {
     }
 
     /// How long the answer that has waited the longest for the client to give it room has
-    /// waited, if one is waiting.
+    /// waited, if one is waiting (only HTTP/2 answers wait for room).
     fn longest_wait_for_room(&self) -> Option<Duration> {
+        if !self.http2.load(Ordering::Relaxed) {
+            return None;
+        }
         let waiting = self.awaiting_room();
         waiting.values().min().map(Instant::elapsed)
     }
@@ -566,8 +569,8 @@ impl Drop for Busy {
 pin_project! {
     /// The body of an answer on an HTTP/2 connection, noting while hyper holds a frame of it
     /// that the client has not given room for: hyper asks for the next frame only once the
-    /// client's flow-control window lets the last one go (or, for the first, before any has
-    /// been asked for).
+    /// client's flow-control window lets the last one go. A new answer counts as waiting until
+    /// hyper asks for its first frame.
     struct RoomWatched<B> {
         #[pin]
         inner: B,

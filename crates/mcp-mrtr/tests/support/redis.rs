@@ -2,7 +2,7 @@
 //! check every test's own redis-server passes before it is used ([`answers_as`]).
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::net::{accepts_connections, free_port, random_hex, wait_until_closed};
@@ -38,6 +38,19 @@ pub fn redis_cli() -> Command {
     let mut command = Command::new("timeout");
     command.args([CLI_LIMIT_SECS, "redis-cli"]);
     command
+}
+
+/// Runs a [`redis_cli`] command. A `redis-cli` that cannot be run fails the test saying so, where
+/// its empty output would fail a later check with a puzzling reason.
+pub fn cli_output(command: &mut Command) -> Output {
+    let output = command.output().expect("coreutils' timeout runs");
+    // `timeout` exits with 127 when the command is not found, 126 when it cannot be run.
+    assert!(
+        !matches!(output.status.code(), Some(126 | 127)),
+        "redis-cli could not be run (is it installed?): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
 }
 
 /// Has the cluster node that `cli` talks to serve every slot, as a one-node cluster does

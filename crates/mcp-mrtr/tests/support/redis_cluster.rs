@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::net::random_hex;
-use super::redis::{answers_as, redis_cli, serve_every_slot};
+use super::redis::{answers_as, cli_output, redis_cli, serve_every_slot};
 
 /// How long the cluster may take to form, or to fail over.
 const SETTLE_LIMIT: Duration = Duration::from_secs(60);
@@ -60,12 +60,12 @@ impl RedisCluster {
             .iter()
             .map(|node| format!("127.0.0.1:{}", node.port))
             .collect();
-        let created = redis_cli()
-            .args(["--cluster", "create"])
-            .args(&addresses)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .expect("coreutils' timeout runs");
+        let created = cli_output(
+            redis_cli()
+                .args(["--cluster", "create"])
+                .args(&addresses)
+                .args(["--cluster-replicas", "1", "--cluster-yes"]),
+        );
         assert!(
             created.status.success(),
             "redis-cli --cluster create failed: {}",
@@ -172,11 +172,7 @@ impl RedisCluster {
     }
 
     fn cli(&self, port: u16, args: &[&str]) -> String {
-        let output = redis_cli()
-            .args(["-p", &port.to_string()])
-            .args(args)
-            .output()
-            .expect("coreutils' timeout runs");
+        let output = cli_output(redis_cli().args(["-p", &port.to_string()]).args(args));
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
