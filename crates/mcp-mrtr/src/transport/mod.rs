@@ -15,6 +15,7 @@ mod modern;
 mod origin;
 mod respond;
 mod sse;
+mod traffic;
 
 use std::net::IpAddr;
 use std::sync::Arc;
