@@ -52,26 +52,24 @@ impl AuthorizationServer {
     /// On a free port. That port may be taken by another test's process before Node binds it,
     /// so a server that does not start is tried again on another.
     fn start(keys: &Path) -> Self {
+        Self::start_trying(keys, free_port)
+    }
+
+    /// On `port`, so that a restart keeps the issuer.
+    fn start_on(port: u16, keys: &Path) -> Self {
+        Self::start_trying(keys, || port)
+    }
+
+    /// Up to `START_TRIES` starts, each on the port `port` gives.
+    fn start_trying(keys: &Path, port: impl Fn() -> u16) -> Self {
         let mut why = String::new();
         for _ in 0..START_TRIES {
-            match Self::try_start_on(free_port(), keys) {
+            match Self::try_start_on(port(), keys) {
                 Ok(server) => return server,
                 Err(failure) => why = failure,
             }
         }
         panic!("oidc-provider did not start in {START_TRIES} tries: {why}");
-    }
-
-    /// On `port`, so that a restart keeps the issuer.
-    fn start_on(port: u16, keys: &Path) -> Self {
-        let mut why = String::new();
-        for _ in 0..START_TRIES {
-            match Self::try_start_on(port, keys) {
-                Ok(server) => return server,
-                Err(failure) => why = failure,
-            }
-        }
-        panic!("oidc-provider did not start on port {port} in {START_TRIES} tries: {why}");
     }
 
     /// Starts it and waits for its "listening"; otherwise stops it and says what it wrote and
