@@ -88,7 +88,7 @@ pub struct ServeArgs {
     pub max_buffered_body_bytes: usize,
 
     /// Most connections open at once; when reached, the connection idle the longest is closed.
-    /// Default and ceiling: the open-file limit less 128.
+    /// Ceiling: the open-file limit less 128; default: that, or 10000 if lower.
     #[arg(long, env = "MOVIEDB_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
 

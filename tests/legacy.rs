@@ -122,6 +122,58 @@ async fn initialize_opens_a_session_whose_results_are_plain_2025_results() {
 }
 
 #[tokio::test]
+async fn an_initialize_with_a_meta_of_its_own_opens_a_session_and_a_modern_meta_does_not() {
+    let server = TestServer::start().await;
+    let client = LegacyClient::new(server.url(), None);
+    let initialize = |meta: Value| {
+        json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "legacy-with-meta", "version": "1.0.0"},
+                "_meta": meta,
+            }
+        })
+    };
+
+    // 2025-11-25 lets any request carry `_meta`: a progress token, a vendor's keys.
+    let legacy = client
+        .send_raw(
+            "initialize",
+            &initialize(json!({"progressToken": "p-1", "com.example/trace": "t-1"})),
+            false,
+        )
+        .await;
+    assert_eq!(legacy.status, 200, "{:?}", legacy.messages);
+    assert_eq!(legacy.result()["protocolVersion"], "2025-11-25");
+    assert!(legacy.session_id.is_some(), "a session is opened");
+
+    // A modern `_meta` makes the request modern, whatever its method: no session.
+    let modern = reqwest::Client::new()
+        .post(server.url())
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(
+            initialize(json!({
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }))
+            .to_string(),
+        )
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(modern.status(), 400);
+    assert!(modern.headers().get(SESSION_HEADER).is_none(), "no session");
+    let refusal: Value = modern.json().await.expect("a JSON-RPC error");
+    assert_eq!(
+        refusal["error"]["code"], -32020,
+        "the modern wire's missing-header error: {refusal}"
+    );
+}
+
+#[tokio::test]
 async fn an_accepted_elicitation_reaches_the_tool() {
     let server = TestServer::start().await;
     let client = session(&server, elicitation()).await;

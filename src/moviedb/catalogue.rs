@@ -50,7 +50,6 @@ pub struct Catalogue {
     reader: AnyPool,
     /// Writes and migrations: one SQLite connection, or the same PostgreSQL pool.
     writer: AnyPool,
-    postgres: bool,
     titles: Titles,
     versions: Batch<(), i64>,
     recommendations: Batch<Mood, Arc<[MovieSummary]>>,
@@ -112,7 +111,6 @@ impl Catalogue {
             additions: watchlist_batches::additions(writer.clone(), postgres, writes),
             reader,
             writer,
-            postgres,
             titles: Titles::default(),
         };
         catalogue.load_titles().await?;
@@ -160,10 +158,6 @@ impl Catalogue {
             self.titles.keep(titles);
         }
         Ok(())
-    }
-
-    pub fn is_postgres(&self) -> bool {
-        self.postgres
     }
 
     /// Movies that fit `mood`, best rated first, ties broken by id; without the titles
@@ -229,19 +223,6 @@ impl Catalogue {
         let reviews = self.reviews.ask(movie_id).await?;
         self.reviewed.put(version, movie_id, reviews.clone());
         Ok(reviews)
-    }
-
-    pub async fn add_review(&self, movie_id: i64, review: &Review) -> sqlx::Result<()> {
-        sqlx::query(
-            "INSERT INTO reviews (movie_id, score, comment, author) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(movie_id)
-        .bind(review.score)
-        .bind(&review.comment)
-        .bind(&review.author)
-        .execute(&self.writer)
-        .await?;
-        Ok(())
     }
 
     /// The id of the user called `name`, created on first use.

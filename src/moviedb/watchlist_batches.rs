@@ -118,36 +118,47 @@ pub fn additions(pool: AnyPool, postgres: bool, calls: usize) -> Batch<NewItem, 
             }
             // Every row of every statement: the `Any` driver's `fetch_optional` and `fetch_one`
             // stop at the first statement's end.
-            let rows = query.fetch_all(&pool).await?;
             let inserted = if postgres {
+                // One statement: it commits whole or not at all.
+                let rows = query.fetch_all(&pool).await?;
                 rows.iter()
                     .map(|row| inserted(row, row.try_get(1)?))
                     .collect::<sqlx::Result<Vec<_>>>()?
             } else {
-                let (added, users): (Vec<_>, Vec<_>) = rows.iter().partition(|row| row.len() == 5);
-                let names = users
-                    .iter()
-                    .map(|row| Ok((row.try_get::<i64, _>(0)?, row.try_get::<String, _>(1)?)))
-                    .collect::<sqlx::Result<Vec<_>>>()?;
-                added
-                    .into_iter()
-                    .map(|row| {
-                        let user_id: i64 = row.try_get(1)?;
-                        let name = names
-                            .iter()
-                            .find(|(id, _)| *id == user_id)
-                            .map(|(_, name)| name.clone())
-                            .ok_or_else(|| {
-                                sqlx::Error::Protocol(format!("no name for user {user_id}"))
-                            })?;
-                        inserted(row, name)
-                    })
-                    .collect::<sqlx::Result<Vec<_>>>()?
+                // Three statements: they commit together, and only once their rows are read, so
+                // that a failure anywhere leaves nothing saved and a retry adds the items again.
+                let mut transaction = pool.begin().await?;
+                let rows = query.fetch_all(&mut *transaction).await?;
+                let inserted = sqlite_inserted(&rows)?;
+                transaction.commit().await?;
+                inserted
             };
             Ok(claim(&items, inserted))
         })
     });
     Batch::start("watchlist_additions", calls, run)
+}
+
+/// SQLite's rows: the inserted items (five columns), then the users' ids and names (two), from
+/// which each item's user is named.
+fn sqlite_inserted(rows: &[sqlx::any::AnyRow]) -> sqlx::Result<Vec<Inserted>> {
+    let (added, users): (Vec<_>, Vec<_>) = rows.iter().partition(|row| row.len() == 5);
+    let names = users
+        .iter()
+        .map(|row| Ok((row.try_get::<i64, _>(0)?, row.try_get::<String, _>(1)?)))
+        .collect::<sqlx::Result<Vec<_>>>()?;
+    added
+        .into_iter()
+        .map(|row| {
+            let user_id: i64 = row.try_get(1)?;
+            let name = names
+                .iter()
+                .find(|(id, _)| *id == user_id)
+                .map(|(_, name)| name.clone())
+                .ok_or_else(|| sqlx::Error::Protocol(format!("no name for user {user_id}")))?;
+            inserted(row, name)
+        })
+        .collect()
 }
 
 /// A row the insert returned: the item's id, its user's name, its title and status.

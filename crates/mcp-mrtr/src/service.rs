@@ -43,7 +43,8 @@ pub struct Settings {
     pub redis_count_every: Duration,
     /// Origins allowed besides localhost (`*` allows any).
     pub allowed_origins: Vec<String>,
-    /// Whether the server listens on a loopback address (localhost origins are then allowed).
+    /// Whether the server listens on a loopback address: then the `Host` header must name a local
+    /// host too (against DNS rebinding). Localhost origins are allowed either way.
     pub loopback: bool,
     /// Largest request body accepted, in bytes (larger ones get HTTP 413).
     pub max_body_bytes: usize,

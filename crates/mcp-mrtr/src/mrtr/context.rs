@@ -104,11 +104,6 @@ impl RequestContext {
         }
     }
 
-    /// Whether this handler runs as a task (Tasks extension) rather than within its request.
-    pub fn in_task(&self) -> bool {
-        self.inner.tasks == TaskMode::Running
-    }
-
     /// Continues the rest of this call as a task when the client accepts tasks: the request is
     /// answered at once with the new task, and the handler runs again as that task, finding its
     /// answers and remembered work, and returning `Ok` here. Ask the questions that decide

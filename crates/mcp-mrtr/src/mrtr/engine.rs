@@ -25,6 +25,15 @@ use crate::protocol::{Method, ProtocolError, RequestMeta, TraceCarrier};
 use crate::store::{ContinuationId, ContinuationStore, Owner};
 use crate::trace_context;
 
+/// A continuation taken from the store, with what it takes to put it back as it was.
+struct Resumed {
+    continuation: Continuation,
+    id: ContinuationId,
+    payload: Vec<u8>,
+    /// Unix seconds when its state expires.
+    expires_at: u64,
+}
+
 /// The engine: one per server, shared by every request.
 pub struct Engine {
     sealer: StateSealer,
@@ -145,11 +154,6 @@ impl Engine {
         }
     }
 
-    /// The sealer that protects `requestState`.
-    pub fn sealer(&self) -> &StateSealer {
-        &self.sealer
-    }
-
     /// Runs `handler` for one round of `call`.
     pub async fn run<T, F, Fut>(
         &self,
@@ -178,6 +182,8 @@ impl Engine {
         let mut baggage = call.meta.trace.baggage.clone();
         // The digest is needed only to open a state or to seal one: not for calls that never ask.
         let mut digest = None;
+        // The continuation this retry took, kept to be put back if an answer is refused.
+        let mut taken = None;
         let mut round = RoundState::default();
         let mut memo = Map::new();
         // Rounds of this conversation answered `input_required` before this one.
@@ -196,7 +202,13 @@ impl Engine {
             None => round.available = responses,
             Some(Value::String(state)) => {
                 let request = request_digest(call.method.as_str(), call.name, call.arguments);
-                let parked = self.resume(state, &call.principal.id(), &request).await?;
+                let Resumed {
+                    continuation: parked,
+                    id,
+                    payload,
+                    expires_at,
+                } = self.resume(state, &call.principal.id(), &request).await?;
+                taken = Some((id, payload, expires_at));
                 digest = Some(request);
                 earlier_rounds = parked.rounds.max(1);
                 let earlier = TraceCarrier {
@@ -278,7 +290,25 @@ impl Engine {
                 answers: rounds.take().used,
                 memo: context.take_memo(),
             }))),
-            Err(error) => Err(protocol_error(call.method, call.name, error)),
+            Err(error) => {
+                if rounds.refused_answer()
+                    && let Some((id, payload, expires_at)) = taken
+                {
+                    // The client may still answer properly with the same state.
+                    self.put_back(&call.owner, id, payload, expires_at).await;
+                }
+                Err(protocol_error(call.method, call.name, error))
+            }
+        }
+    }
+
+    /// Puts a taken continuation back under its id for what is left of its state's life.
+    async fn put_back(&self, owner: &Owner, id: ContinuationId, payload: Vec<u8>, expires_at: u64) {
+        let left = Duration::from_secs(expires_at.saturating_sub(unix_now()).max(1));
+        if let Err(error) = self.store.put(owner, id, payload, left).await {
+            tracing::warn!(
+                "a refused answer used up its requestState: cannot put it back: {error}"
+            );
         }
     }
 
@@ -288,7 +318,7 @@ impl Engine {
         state: &str,
         principal: &str,
         digest: &[u8; 32],
-    ) -> Result<Continuation, ProtocolError> {
+    ) -> Result<Resumed, ProtocolError> {
         let refuse = |reason, message: &str| {
             observe::state_refused(reason);
             ProtocolError::invalid_params(message)
@@ -330,8 +360,15 @@ impl Engine {
                 "requestState has already been used or its continuation is gone; send the request again without requestState to start over",
             )
         })?;
-        serde_json::from_slice(&payload)
-            .map_err(|e| ProtocolError::internal(format!("stored continuation is unreadable: {e}")))
+        let continuation = serde_json::from_slice(&payload).map_err(|e| {
+            ProtocolError::internal(format!("stored continuation is unreadable: {e}"))
+        })?;
+        Ok(Resumed {
+            continuation,
+            id: claims.continuation,
+            payload,
+            expires_at: claims.expires_at,
+        })
     }
 
     /// Parks what the handler has so far and seals a state pointing at it.

@@ -22,6 +22,8 @@ pub(crate) struct RoundState {
     pub used: Map<String, Value>,
     /// Questions of the round being built.
     pub pending: Vec<(String, InputRequest)>,
+    /// Set when an answer of this retry was not a valid answer to its question.
+    pub refused_answer: bool,
 }
 
 /// Answers from the request's `inputResponses` and the parked continuation.
@@ -36,6 +38,11 @@ impl Rounds {
     /// What the handler read and asked, for the next continuation.
     pub fn take(&self) -> RoundState {
         std::mem::take(&mut *self.lock())
+    }
+
+    /// Whether an answer of this retry was refused as not answering its question.
+    pub fn refused_answer(&self) -> bool {
+        self.lock().refused_answer
     }
 
     fn lock(&self) -> MutexGuard<'_, RoundState> {
@@ -75,10 +82,19 @@ impl Asker for Rounds {
             };
             let answer = match request {
                 InputRequest::Elicit(_) => {
-                    Answer::Elicitation(Elicitation::from_response(&key, &raw)?)
+                    Elicitation::from_response(&key, &raw).map(Answer::Elicitation)
                 }
-                InputRequest::Sample(_) => Answer::Sampling(Sampling::from_response(&key, &raw)?),
-                InputRequest::ListRoots(_) => Answer::Roots(Roots::from_response(&key, &raw)?),
+                InputRequest::Sample(_) => {
+                    Sampling::from_response(&key, &raw).map(Answer::Sampling)
+                }
+                InputRequest::ListRoots(_) => Roots::from_response(&key, &raw).map(Answer::Roots),
+            };
+            let answer = match answer {
+                Ok(answer) => answer,
+                Err(refusal) => {
+                    round.refused_answer = true;
+                    return Err(refusal.into());
+                }
             };
             answers.insert(key.clone(), answer);
             round.used.insert(key, raw);

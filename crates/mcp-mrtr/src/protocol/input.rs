@@ -25,26 +25,6 @@ pub enum InputRequest {
     ListRoots(EmptyParams),
 }
 
-impl InputRequest {
-    /// The client capability this request needs.
-    pub fn capability(&self) -> &'static str {
-        match self {
-            Self::Elicit(_) => "elicitation",
-            Self::Sample(_) => "sampling",
-            Self::ListRoots(_) => "roots",
-        }
-    }
-
-    /// The request as a JSON-RPC method and params, for a server-initiated request.
-    pub fn method(&self) -> &'static str {
-        match self {
-            Self::Elicit(_) => "elicitation/create",
-            Self::Sample(_) => "sampling/createMessage",
-            Self::ListRoots(_) => "roots/list",
-        }
-    }
-}
-
 /// Params of a request that takes none; serializes as `{}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct EmptyParams {}

@@ -9,6 +9,19 @@ use super::version::{
     TASKS_EXTENSION,
 };
 
+/// Whether `params` carry a modern (2026-07-28) request's `_meta`: one with a field under the
+/// `io.modelcontextprotocol/` prefix, where the per-request protocol fields live. A 2025-11-25
+/// request may have a `_meta` too (a progress token, a vendor's keys) and is not made modern by it.
+pub fn is_modern_meta(params: &Map<String, Value>) -> bool {
+    params
+        .get("_meta")
+        .and_then(Value::as_object)
+        .is_some_and(|meta| {
+            meta.keys()
+                .any(|key| key.starts_with("io.modelcontextprotocol/"))
+        })
+}
+
 /// What one request says about itself in `params._meta`.
 #[derive(Debug, Clone)]
 pub struct RequestMeta {

@@ -159,11 +159,6 @@ impl Server {
         &self.events
     }
 
-    /// The MRTR engine that runs handlers and seals request states.
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
     /// Whether `method` exists on this server's 2026-07-28 wire (others get -32601 / HTTP 404):
     /// a method of an area (tools, prompts, resources) only when the registry offers that area.
     pub fn implements(&self, method: Method) -> bool {

@@ -92,13 +92,7 @@ impl SessionStore for MemoryStore {
     }
 
     async fn touch_session(&self, session_id: &str, ttl: Duration) -> Result<bool, StoreError> {
-        // A touch is a rewrite of the same record by the same owner.
-        let Some((owner, record)) = self.sessions.get_owned(session_id) else {
-            return Ok(false);
-        };
-        self.sessions
-            .insert(&owner, session_id.to_owned(), record, ttl);
-        Ok(true)
+        Ok(self.sessions.touch(session_id.to_owned(), ttl))
     }
 
     async fn delete_session(&self, session_id: &str) -> Result<(), StoreError> {
@@ -185,10 +179,7 @@ impl<K: Hash + Eq + Clone> Table<K> {
 
     fn insert(&self, owner: &Owner, key: K, payload: Vec<u8>, ttl: Duration) {
         let now = Instant::now();
-        // A time-to-live beyond what the clock can represent is as good as a year.
-        let expires_at = now
-            .checked_add(ttl)
-            .unwrap_or(now + Duration::from_secs(365 * 86_400));
+        let expires_at = deadline(now, ttl);
         let entry = Entry {
             payload,
             expires_at,
@@ -216,16 +207,51 @@ impl<K: Hash + Eq + Clone> Table<K> {
                 dropped += 1;
             }
         }
+        self.prune_holdings(holdings);
+        drop(owners);
+        self.count(1, usize::from(replaced), dropped);
+    }
+
+    /// Gives a live entry a new time-to-live where it is, so that a write or a delete racing the
+    /// touch is not undone by it; returns whether the entry was live.
+    fn touch(&self, key: K, ttl: Duration) -> bool {
+        let now = Instant::now();
+        let expires_at = deadline(now, ttl);
+        let mut shard = self.shard(&key);
+        let owner = match shard.entries.get_mut(&key) {
+            Some(entry) if now < entry.expires_at => {
+                entry.expires_at = expires_at;
+                entry.owner.clone()
+            }
+            Some(_) => {
+                drop(shard);
+                // Lapsed: counted out as a read past its deadline is.
+                return self.get_owned(&key).is_some();
+            }
+            None => return false,
+        };
+        // The entry's earlier positions no longer match its deadline: they are stale now.
+        shard.order.push_back((expires_at, key.clone()));
+        shard.prune_order();
+        drop(shard);
+        let mut owners = lock(&self.owners);
+        if let Some(holdings) = owners.get_mut(&owner) {
+            holdings.order.push_back((expires_at, key));
+            self.prune_holdings(holdings);
+        }
+        true
+    }
+
+    /// Drops an owner's stale positions once they outnumber its live ones.
+    fn prune_holdings(&self, holdings: &mut Holdings<K>) {
         if holdings.order.len() > 2 * holdings.live + STALE_SLACK {
-            // Recounted rather than trusted: a take racing this insert may have been counted
+            // Recounted rather than trusted: a take racing an insert may have been counted
             // before the entry was.
             holdings
                 .order
                 .retain(|(at, key)| lock_entry_matches(self, key, *at));
             holdings.live = holdings.order.len();
         }
-        drop(owners);
-        self.count(1, usize::from(replaced), dropped);
     }
 
     /// Removes and returns a live entry.
@@ -269,6 +295,13 @@ impl<K: Hash + Eq + Clone> Table<K> {
     }
 }
 
+/// When an entry written `now` to live `ttl` expires; a time-to-live beyond what the clock can
+/// represent is as good as a year.
+fn deadline(now: Instant, ttl: Duration) -> Instant {
+    now.checked_add(ttl)
+        .unwrap_or(now + Duration::from_secs(365 * 86_400))
+}
+
 /// Whether `key`'s entry is still the one written with deadline `at`.
 fn lock_entry_matches<K: Hash + Eq + Clone>(table: &Table<K>, key: &K, at: Instant) -> bool {
     table
@@ -310,12 +343,17 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         self.evict(now, &mut removed);
         self.order.push_back((entry.expires_at, key.clone()));
         self.entries.insert(key, entry);
+        self.prune_order();
+        (replaced, removed)
+    }
+
+    /// Drops stale positions once they outnumber the entries.
+    fn prune_order(&mut self) {
         if self.order.len() > 2 * self.entries.len() + STALE_SLACK {
             let entries = &self.entries;
             self.order
                 .retain(|(at, key)| entries.get(key).is_some_and(|e| e.expires_at == *at));
         }
-        (replaced, removed)
     }
 
     /// Drops stale positions and expired entries from the front of the order, then the oldest
@@ -366,7 +404,8 @@ mod tests {
         assert_eq!(store.take(id).await.unwrap(), None);
     }
 
-    fn entries(table: &Table<ContinuationId>) -> (usize, usize) {
+    /// Entries held, and positions in the shards' orders.
+    fn entries<K>(table: &Table<K>) -> (usize, usize) {
         table.shards.iter().fold((0, 0), |(entries, order), shard| {
             let shard = shard.lock().unwrap();
             (entries + shard.entries.len(), order + shard.order.len())
@@ -482,13 +521,7 @@ mod tests {
         assert_eq!(store.read_session("left").await.unwrap(), None);
         // No write came to sweep it out: the read did.
         assert_eq!(store.sessions.live.load(Ordering::Relaxed), 0);
-        let held: usize = store
-            .sessions
-            .shards
-            .iter()
-            .map(|shard| shard.lock().unwrap().entries.len())
-            .sum();
-        assert_eq!(held, 0);
+        assert_eq!(entries(&store.sessions).0, 0);
     }
 
     #[tokio::test]
@@ -512,5 +545,36 @@ mod tests {
         );
         assert_eq!(store.read_session("left").await.unwrap(), None);
         assert!(!store.touch_session("left", ttl).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn touches_renew_a_session_in_place_and_leave_no_pile_of_positions() {
+        let store = MemoryStore::new(100, 2);
+        let ttl = Duration::from_secs(60);
+        for (id, record) in [("a", b"a"), ("b", b"b")] {
+            store
+                .write_session(&alice(), id, record.to_vec(), ttl)
+                .await
+                .unwrap();
+        }
+        for _ in 0..10_000 {
+            assert!(store.touch_session("a", ttl).await.unwrap());
+        }
+        assert_eq!(store.sessions.live.load(Ordering::Relaxed), 2);
+        let (_, positions) = entries(&store.sessions);
+        assert!(
+            positions <= 2 * 2 + SHARDS * (STALE_SLACK + 1),
+            "{positions} positions"
+        );
+        let held = lock(&store.sessions.owners)[&alice()].order.len();
+        assert!(held <= 2 * 2 + STALE_SLACK + 1, "{held} owner positions");
+
+        // Alice's share is two: a third session pushes out the one touched least recently.
+        store
+            .write_session(&alice(), "c", b"c".to_vec(), ttl)
+            .await
+            .unwrap();
+        assert_eq!(store.read_session("b").await.unwrap(), None);
+        assert_eq!(store.read_session("a").await.unwrap(), Some(b"a".to_vec()));
     }
 }

@@ -397,8 +397,15 @@ impl TaskStore for RedisStore {
         let mut invocation = self.create_task.key(&key);
         invocation.arg(record).arg(ttl_millis(ttl));
         let owner_key = self.owner_key("tasks", owner);
-        self.within_share(self.invoke::<i64>(invocation), &key, owner_key, ttl)
-            .await
+        let created = self
+            .within_share(self.invoke::<i64>(invocation), &key, owner_key, ttl)
+            .await;
+        if created.is_err() {
+            // The record may be written though its index entry is not (or the other way round):
+            // no one will hear of this task, so it goes rather than wait out its time to live.
+            let _ = self.run::<()>(&redis::cmd("DEL").arg(&key).clone()).await;
+        }
+        created
     }
 
     async fn read(&self, id: &str) -> Result<Option<Versioned>, StoreError> {

@@ -23,7 +23,7 @@ const PROBE_EVERY: Duration = Duration::from_secs(5);
 /// First and longest wait between attempts to subscribe again.
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
 const LONGEST_RETRY_DELAY: Duration = Duration::from_secs(2);
-/// Marks a probe; relayed messages are JSON and never start with a NUL byte.
+/// Marks a probe; relayed messages (change events: `T`, `U<uri>`, …) never start with a NUL byte.
 const PROBE_MARK: &[u8] = b"\0probe:";
 
 /// A sharded subscription to `channel`: its connection (also used to publish probes) and the

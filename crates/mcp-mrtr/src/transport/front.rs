@@ -21,6 +21,8 @@ use crate::protocol::Method;
 #[cfg(not(feature = "legacy"))]
 use crate::protocol::ProtocolError;
 #[cfg(not(feature = "legacy"))]
+use crate::protocol::meta::is_modern_meta;
+#[cfg(not(feature = "legacy"))]
 use crate::protocol::version;
 
 /// `POST /mcp`.
@@ -123,7 +125,7 @@ fn refuse_initialize(incoming: &Incoming) -> Result<(), WireError> {
     let Incoming::Request { id, method, params } = incoming else {
         return Ok(());
     };
-    if method != Method::Initialize.as_str() || params.contains_key("_meta") {
+    if method != Method::Initialize.as_str() || is_modern_meta(params) {
         return Ok(());
     }
     let requested = params

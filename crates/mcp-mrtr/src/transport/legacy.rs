@@ -26,6 +26,7 @@ use crate::auth::Principal;
 use crate::mrtr::{Asker, LegacyPeer, PendingAnswers};
 use crate::observe;
 use crate::protocol::jsonrpc::{notification_bytes, success_bytes};
+use crate::protocol::meta::is_modern_meta;
 use crate::protocol::{
     ClientCapabilities, Incoming, LogLevel, Method, ProtocolError, RequestId, RequestMeta,
     TraceCarrier, version,
@@ -130,14 +131,15 @@ impl Session {
 
 /// Whether a POST belongs to the legacy wire: it carries a session, or it has neither the modern
 /// `_meta` nor a modern `MCP-Protocol-Version` header (the rule of the spec's backward
-/// compatibility section: a request with modern `_meta` is always served statelessly).
+/// compatibility section: a request with modern `_meta` is always served statelessly; a legacy
+/// `initialize` with a `_meta` of its own still opens a session).
 pub(super) fn routes_here(headers: &HeaderMap, incoming: &Incoming) -> bool {
     if headers.contains_key(SESSION_HEADER) {
         return true;
     }
     let has_meta = match incoming {
         Incoming::Request { params, .. } | Incoming::Notification { params, .. } => {
-            params.contains_key("_meta")
+            is_modern_meta(params)
         }
         Incoming::Response { .. } => false,
     };

@@ -80,7 +80,7 @@ async fn request(
     }
     let owner = owner_of(&caller.principal, peer);
     let caller = (caller.principal, owner);
-    Ok(serve(endpoint, headers, accept, caller, id, method, params).await?)
+    serve(endpoint, headers, accept, caller, id, method, params).await
 }
 
 /// Checks what a signed-in request carries, in the spec's order, and serves it.
@@ -92,11 +92,9 @@ async fn serve(
     id: &RequestId,
     method: &str,
     params: Map<String, Value>,
-) -> Result<Response<Body>, ProtocolError> {
+) -> Result<Response<Body>, WireError> {
     let Some(header_version) = header_text(headers, &MCP_PROTOCOL_VERSION)? else {
-        return Err(ProtocolError::header_mismatch(
-            "Missing MCP-Protocol-Version header",
-        ));
+        return Err(ProtocolError::header_mismatch("Missing MCP-Protocol-Version header").into());
     };
     let mut meta = RequestMeta::from_params(&params)?;
     // W3C trace context as HTTP carries it, for clients that set the headers only.
@@ -112,20 +110,17 @@ async fn serve(
         return Err(ProtocolError::header_mismatch(format!(
             "Header mismatch: MCP-Protocol-Version header value '{header_version}' does not match _meta value '{}'",
             meta.protocol_version
-        )));
+        )).into());
     }
     let supported = version::supported();
     if !supported.contains(&meta.protocol_version.as_str()) {
-        return Err(ProtocolError::unsupported_version(
-            &meta.protocol_version,
-            supported,
-        ));
+        return Err(ProtocolError::unsupported_version(&meta.protocol_version, supported).into());
     }
     check_method(headers, method)?;
     let server = &endpoint.server;
     let method = match Method::parse(method) {
         Some(known) if server.implements(known) => known,
-        _ => return Err(ProtocolError::method_not_found(method)),
+        _ => return Err(ProtocolError::method_not_found(method).into()),
     };
     check_name(headers, method, &params)?;
     if method == Method::ToolsCall
@@ -139,7 +134,9 @@ async fn serve(
 
     if method == Method::SubscriptionsListen {
         if !accept.sse {
-            return Err(ProtocolError::invalid_request(
+            // Its answer is an event stream, which the client says it cannot take.
+            return Err(WireError::refused(
+                StatusCode::NOT_ACCEPTABLE,
                 "subscriptions/listen needs Accept: text/event-stream",
             ));
         }
@@ -148,7 +145,8 @@ async fn serve(
         if !subscription.task_ids.is_empty() && !meta.capabilities.tasks {
             return Err(ProtocolError::missing_capability(
                 json!({ "extensions": { TASKS_EXTENSION: {} } }),
-            ));
+            )
+            .into());
         }
         let subscription = subscription.limited_to(
             registry.has_tools(),

@@ -72,7 +72,9 @@ async fn malformed_input_responses_are_invalid_params() {
         .await;
     assert_eq!(bad_action.error_code(), -32602, "an unknown action");
 
-    // Round 1, then a malformed retry: refused, and the state is still good afterwards.
+    // Round 1, then malformed retries: refused, and the state is still good afterwards. An
+    // answer that is not an object is refused before the state is opened; one with an unknown
+    // action only once the tool reads it, after its continuation was taken.
     let state = greet_round_one(&client, json!({})).await;
     let malformed_retry = client
         .retry(
@@ -83,6 +85,28 @@ async fn malformed_input_responses_are_invalid_params() {
         )
         .await;
     assert_eq!(malformed_retry.error_code(), -32602);
+    for _ in 0..2 {
+        let unknown_action = client
+            .retry(
+                "greet",
+                json!({}),
+                json!({"user_name": {"action": "shrug"}}),
+                Some(&state),
+            )
+            .await;
+        assert_eq!(
+            unknown_action.error_code(),
+            -32602,
+            "an unknown action, with the state"
+        );
+        assert!(
+            unknown_action
+                .error_message()
+                .contains("elicitation result"),
+            "the refusal names the answer: {}",
+            unknown_action.error_message()
+        );
+    }
     let good = client
         .retry("greet", json!({}), alice(), Some(&state))
         .await;

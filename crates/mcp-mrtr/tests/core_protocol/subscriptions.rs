@@ -78,3 +78,21 @@ async fn listen_streams_acknowledge_then_deliver_only_the_events_they_asked_for(
         "nothing more on the prompts stream: {leaked:?}"
     );
 }
+
+#[tokio::test]
+async fn a_listen_request_that_cannot_take_an_event_stream_gets_406() {
+    let server = TestServer::start().await;
+    let refused = server
+        .client()
+        .request("subscriptions/listen")
+        .params(json!({"notifications": {"toolsListChanged": true}}))
+        .header("accept", "application/json")
+        .send()
+        .await;
+    refused.assert_error(406, -32600);
+    assert!(
+        refused.error_message().contains("text/event-stream"),
+        "{}",
+        refused.error_message()
+    );
+}
