@@ -12,7 +12,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tracing::Instrument as _;
 
 pub use events::{Events, ServerEvent, Subscription};
-pub use reply::{Handled, Reply};
+pub use reply::{Handled, Reply, ResultMeta};
 use reply::{decorate, finish};
 
 use crate::auth::Principal;
@@ -20,14 +20,15 @@ use crate::mrtr::{Asker, Call, Engine, Notifier, Outcome};
 use crate::observe;
 use crate::protocol::error::excerpt;
 use crate::protocol::input::parse_input_responses;
-use crate::protocol::version::{self, META_SERVER_INFO, TASKS_EXTENSION};
+use crate::protocol::version::{self, TASKS_EXTENSION};
 use crate::protocol::{Method, ProtocolError, RequestMeta};
 use crate::registry::Registry;
 use crate::store::{Owner, TaskStore};
 use crate::tasks::{TaskSettings, Tasks};
 use crate::trace_context;
 
-/// The identity a server reports in `server/discover`.
+/// The identity a server reports in `server/discover`, and by name and version in every result of
+/// the 2026-07-28 wire.
 #[derive(Debug, Clone)]
 pub struct ServerInfo {
     /// The server's name, reported in `serverInfo`.
@@ -88,6 +89,8 @@ pub struct Server {
     registry: Arc<Registry>,
     engine: Engine,
     info: ServerInfo,
+    /// What every modern result carries in `_meta`: `info`'s name and version.
+    result_meta: ResultMeta,
     events: Events,
     cache: CachePolicy,
     tasks: Option<Arc<Tasks>>,
@@ -132,6 +135,7 @@ impl Server {
         Arc::new(Self {
             registry,
             engine,
+            result_meta: ResultMeta::new(&info.name, &info.version),
             info,
             events,
             cache: CachePolicy::default(),
@@ -216,7 +220,7 @@ impl Server {
         trace_context::adopt(&span, &env.meta.trace);
         let reply = self.dispatch(method, params, env).instrument(span).await;
         let outcome = match &reply {
-            Ok(Reply::InputRequired(_)) => "input_required",
+            Ok(Reply::InputRequired(..)) => "input_required",
             Ok(Reply::Task(_)) => "task",
             Ok(_) => "complete",
             Err(error) => observe::error_outcome(error.code),
@@ -231,7 +235,7 @@ impl Server {
         params: &Map<String, Value>,
         env: RequestEnv,
     ) -> Result<Reply, ProtocolError> {
-        let modern = matches!(env.era, Era::Modern);
+        let modern = matches!(env.era, Era::Modern).then_some(&self.result_meta);
         let (result, ttl_ms, scope) = match method {
             Method::ServerDiscover => (self.discover(), Some(self.cache.discover_ttl_ms), "public"),
             Method::ToolsList => {
@@ -322,7 +326,6 @@ impl Server {
         let mut result = json!({
             "supportedVersions": version::supported(),
             "capabilities": self.capabilities(),
-            "_meta": { META_SERVER_INFO: { "name": self.info.name, "version": self.info.version } },
         });
         if let Some(instructions) = &self.info.instructions {
             result["instructions"] = json!(instructions);

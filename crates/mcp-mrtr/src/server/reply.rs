@@ -1,14 +1,54 @@
 //! What a request is answered with: a result built as JSON (discovery, lists, completions), a
 //! handler's typed result written straight from its type, or an `input_required` round. On the
-//! modern wire a complete result is marked `resultType: complete` and carries caching hints where
-//! its method is cacheable; legacy results go out as they are.
+//! modern wire every result names the server in its `_meta`, and a complete result is marked
+//! `resultType: complete` and carries caching hints where its method is cacheable; legacy results
+//! go out as they are.
+
+use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
-use serde_json::{Value, json};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
 
 use crate::mrtr::{InputRequired, Outcome};
 use crate::protocol::ProtocolError;
 use crate::protocol::content::{CallToolResult, GetPromptResult, ReadResourceResult};
+use crate::protocol::version::META_SERVER_INFO;
+
+/// The `_meta` of every modern result: the server's name and version under
+/// `io.modelcontextprotocol/serverInfo` (the spec's per-response protocol field), kept written
+/// out for typed results and as a tree for results built as JSON.
+#[derive(Debug, Clone)]
+pub struct ResultMeta {
+    written: Arc<RawValue>,
+    tree: Map<String, Value>,
+}
+
+impl ResultMeta {
+    pub(super) fn new(name: &str, version: &str) -> Self {
+        let mut tree = Map::new();
+        tree.insert(
+            META_SERVER_INFO.into(),
+            json!({ "name": name, "version": version }),
+        );
+        let written = Arc::from(
+            serde_json::value::to_raw_value(&tree).expect("a map of strings always serializes"),
+        );
+        Self { written, tree }
+    }
+
+    /// Adds its fields to `result`'s `_meta`, keeping any the result has.
+    fn add_to(&self, result: &mut Map<String, Value>) {
+        let meta = result
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Some(meta) = meta.as_object_mut() {
+            for (key, value) in &self.tree {
+                meta.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
 
 /// A successful answer to a request.
 pub enum Reply {
@@ -16,8 +56,9 @@ pub enum Reply {
     Complete(Value),
     /// What a tool, prompt or resource handler returned.
     Handled(Handled),
-    /// The handler is waiting for answers: an `input_required` result.
-    InputRequired(InputRequired),
+    /// The handler is waiting for answers: an `input_required` result, and its `_meta` on the
+    /// modern wire.
+    InputRequired(InputRequired, Option<ResultMeta>),
     /// The call continues as a task: a `CreateTaskResult` (`resultType: task`).
     Task(Value),
 }
@@ -27,7 +68,11 @@ impl Serialize for Reply {
         match self {
             Self::Complete(value) => value.serialize(serializer),
             Self::Handled(handled) => handled.serialize(serializer),
-            Self::InputRequired(input) => input.serialize(serializer),
+            Self::InputRequired(input, meta) => WithMeta {
+                result: input,
+                meta: meta.as_ref().map(|meta| &*meta.written),
+            }
+            .serialize(serializer),
             Self::Task(created) => created.serialize(serializer),
         }
     }
@@ -39,6 +84,7 @@ pub struct Handled {
     result: HandlerResult,
     result_type: Option<&'static str>,
     cache: Option<(u64, &'static str)>,
+    meta: Option<ResultMeta>,
 }
 
 pub(super) enum HandlerResult {
@@ -77,15 +123,27 @@ struct Decorated<'a, T> {
     ttl_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cache_scope: Option<&'static str>,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    meta: Option<&'a RawValue>,
+}
+
+/// A result's own members, then its `_meta`.
+#[derive(Serialize)]
+struct WithMeta<'a, T> {
+    #[serde(flatten)]
+    result: &'a T,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    meta: Option<&'a RawValue>,
 }
 
 impl Handled {
-    fn decorated<'a, T>(&self, result: &'a T) -> Decorated<'a, T> {
+    fn decorated<'a, T>(&'a self, result: &'a T) -> Decorated<'a, T> {
         Decorated {
             result,
             result_type: self.result_type,
             ttl_ms: self.cache.map(|(ttl_ms, _)| ttl_ms),
             cache_scope: self.cache.map(|(_, scope)| scope),
+            meta: self.meta.as_ref().map(|meta| &*meta.written),
         }
     }
 }
@@ -107,35 +165,52 @@ pub(super) fn finish<T: Into<HandlerResult>>(outcome: Outcome<T>) -> Result<Repl
             result: result.into(),
             result_type: None,
             cache: None,
+            meta: None,
         })),
-        Outcome::InputRequired(input) => Ok(Reply::InputRequired(input)),
+        Outcome::InputRequired(input) => Ok(Reply::InputRequired(input, None)),
         Outcome::Task(_) => Err(ProtocolError::internal(
             "a handler asked for a task where none can be created",
         )),
     }
 }
 
-/// On the modern wire, marks a complete result `complete` and adds caching hints where the method
-/// is cacheable; legacy results go out as they are.
-pub(super) fn decorate(reply: Reply, modern: bool, cache: Option<(u64, &'static str)>) -> Reply {
+/// On the modern wire (`modern` holds the `_meta` every result carries there), names the server
+/// in the result's `_meta`, marks a complete result `complete` and adds caching hints where the
+/// method is cacheable; legacy results go out as they are.
+pub(super) fn decorate(
+    reply: Reply,
+    modern: Option<&ResultMeta>,
+    cache: Option<(u64, &'static str)>,
+) -> Reply {
+    let Some(meta) = modern else {
+        return reply;
+    };
     match reply {
-        Reply::Complete(result) if modern => Reply::Complete(complete(result, cache)),
-        Reply::Handled(handled) if modern => Reply::Handled(Handled {
+        Reply::Complete(result) => Reply::Complete(complete(result, meta, cache)),
+        Reply::Handled(handled) => Reply::Handled(Handled {
             result_type: Some("complete"),
             cache,
+            meta: Some(meta.clone()),
             ..handled
         }),
-        other => other,
+        Reply::InputRequired(input, _) => Reply::InputRequired(input, Some(meta.clone())),
+        Reply::Task(mut created) => {
+            if let Some(object) = created.as_object_mut() {
+                meta.add_to(object);
+            }
+            Reply::Task(created)
+        }
     }
 }
 
-fn complete(mut result: Value, cache: Option<(u64, &str)>) -> Value {
+fn complete(mut result: Value, meta: &ResultMeta, cache: Option<(u64, &str)>) -> Value {
     if let Some(object) = result.as_object_mut() {
         object.insert("resultType".into(), json!("complete"));
         if let Some((ttl_ms, scope)) = cache {
             object.insert("ttlMs".into(), json!(ttl_ms));
             object.insert("cacheScope".into(), json!(scope));
         }
+        meta.add_to(object);
     }
     result
 }
@@ -152,19 +227,25 @@ mod tests {
             structured_content: serde_json::value::RawValue::from_string(r#"{"a":1}"#.into()).ok(),
             is_error: true,
         };
+        let meta = ResultMeta::new("tests", "1.0.0");
         let tree = complete(
             serde_json::to_value(&result).unwrap(),
+            &meta,
             Some((60_000, "private")),
+        );
+        assert_eq!(
+            tree["_meta"][META_SERVER_INFO],
+            json!({"name": "tests", "version": "1.0.0"})
         );
         let typed = decorate(
             finish(Outcome::Complete(result.clone())).unwrap(),
-            true,
+            Some(&meta),
             Some((60_000, "private")),
         );
         assert_eq!(serde_json::to_value(&typed).unwrap(), tree);
         let legacy = decorate(
             finish(Outcome::Complete(result.clone())).unwrap(),
-            false,
+            None,
             None,
         );
         assert_eq!(

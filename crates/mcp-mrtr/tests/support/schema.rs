@@ -165,6 +165,7 @@ fn error_defs(code: i64) -> Vec<(&'static str, bool)> {
 /// Panics with every violation found.
 pub fn validate_server_message(request_method: &str, message: &Value) {
     let mut failures = Vec::new();
+    let mut unnamed = None;
     let mut run = |name: &str, instance: &Value| {
         if let Err(e) = check(name, instance) {
             failures.push(e);
@@ -198,6 +199,13 @@ pub fn validate_server_message(request_method: &str, message: &Value) {
         }
     } else if let Some(result) = message.get("result") {
         run("JSONRPCResultResponse", message);
+        // The spec's per-response field: every result SHOULD name the server.
+        let server_info = &result["_meta"]["io.modelcontextprotocol/serverInfo"];
+        if !(server_info["name"].is_string() && server_info["version"].is_string()) {
+            unnamed = Some(format!(
+                "the result does not name the server in _meta (io.modelcontextprotocol/serverInfo): {result}"
+            ));
+        }
         let tasks_def = match request_method {
             "tasks/get" => Some("GetTaskResult"),
             "tasks/update" => Some("UpdateTaskResult"),
@@ -225,6 +233,7 @@ pub fn validate_server_message(request_method: &str, message: &Value) {
             "neither a notification, a result nor an error: {message}"
         ));
     }
+    failures.extend(unnamed);
     if !failures.is_empty() {
         panic!(
             "the server sent a message that violates the MCP 2026-07-28 schema (request method {request_method}):\n{}",
