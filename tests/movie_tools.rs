@@ -55,6 +55,8 @@ on_both_backends!(
     add_needs_exactly_one_of_movie_and_tv_show,
     adding_an_unknown_title_names_it_without_asking,
     add_with_a_status_saves_at_once,
+    a_write_that_fails_half_way_saves_nothing_and_can_be_retried,
+    an_item_the_database_refuses_fails_alone_not_with_the_items_saved_beside_it,
     add_without_a_status_asks_first_and_saves_watched,
     every_other_answer_saves_want_to_watch,
     a_client_that_cannot_ask_gets_want_to_watch_at_once,
@@ -516,6 +518,168 @@ async fn add_with_a_status_saves_at_once(backend: Backend) {
             "{item}"
         );
     }
+}
+
+/// Makes the database itself refuse watch-list items `when` (a trigger condition on the new row),
+/// as a constraint or a trigger added by an operator would. Returns the statement that lifts the
+/// refusal.
+async fn refuse_items(backend: Backend, database: &sqlx::AnyPool, when: &str) -> &'static str {
+    let (statements, lift) = match backend {
+        Backend::Sqlite => (
+            vec![format!(
+                "CREATE TRIGGER refuse_items BEFORE INSERT ON watchlist_items WHEN {when} \
+                 BEGIN SELECT RAISE(ABORT, 'refused for the test'); END"
+            )],
+            "DROP TRIGGER refuse_items",
+        ),
+        Backend::Postgres => (
+            vec![
+                "CREATE FUNCTION refuse_items() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN RAISE EXCEPTION 'refused for the test'; END $$"
+                    .to_owned(),
+                format!(
+                    "CREATE TRIGGER refuse_items BEFORE INSERT ON watchlist_items \
+                     FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION refuse_items()"
+                ),
+            ],
+            "DROP TRIGGER refuse_items ON watchlist_items",
+        ),
+    };
+    for statement in statements {
+        sqlx::query(sqlx::AssertSqlSafe(statement))
+            .execute(database)
+            .await
+            .expect("install the refusal");
+    }
+    lift
+}
+
+async fn a_write_that_fails_half_way_saves_nothing_and_can_be_retried(backend: Backend) {
+    let server = MovieServer::start(backend).await;
+    let zoe = server.user("zoe");
+    let database = server.database().await;
+    let count_users = || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM users")
+            .fetch_one(&database)
+            .await
+            .expect("count the users")
+    };
+    // Every item is refused, after the new user's row is written in the same transaction.
+    let lift = refuse_items(backend, &database, "true").await;
+    let users_before = count_users().await;
+    let arguments = json!({"subject": {"movieId": "6"}, "status": "WATCHED"});
+
+    let failed = zoe.call("addToWatchlist", arguments.clone()).await;
+    assert_rpc_error(&failed, -32603);
+    assert_eq!(
+        count_users().await,
+        users_before,
+        "the user row written for the failed item is rolled back with it"
+    );
+
+    sqlx::query(lift)
+        .execute(&database)
+        .await
+        .expect("lift the refusal");
+    let saved = saved_item(&zoe.call("addToWatchlist", arguments).await).clone();
+    assert_eq!(saved["status"], "WATCHED", "{saved}");
+    assert_eq!(zoe.watchlist().await.len(), 1, "saved once, by the retry");
+    assert_eq!(count_users().await, users_before + 1, "zoe is a user now");
+    database.close().await;
+}
+
+async fn an_item_the_database_refuses_fails_alone_not_with_the_items_saved_beside_it(
+    backend: Backend,
+) {
+    const REFUSED: i64 = 6;
+    let server = MovieServer::start(backend).await;
+    let database = server.database().await;
+    refuse_items(backend, &database, &format!("NEW.movie_id = {REFUSED}")).await;
+    let add = |movie: i64| {
+        let fan = server.user(&format!("fan-{movie}"));
+        async move {
+            let arguments = json!({"subject": {"movieId": movie.to_string()}, "status": "WATCHED"});
+            (movie, fan.call("addToWatchlist", arguments).await)
+        }
+    };
+
+    // The test holds the database's write lock, so additions wait for it in the server. The
+    // first ones take the server's writers (SQLite has one; on PostgreSQL they are sent one at a
+    // time until one finds no writer free), the rest queue up behind them, the refused movie
+    // among them, and go to the database as one group once the lock is let go.
+    let mut lock = database.begin().await.expect("a transaction");
+    let hold = match backend {
+        Backend::Sqlite => "DELETE FROM watchlist_items WHERE id = -1",
+        Backend::Postgres => "LOCK TABLE watchlist_items IN SHARE ROW EXCLUSIVE MODE",
+    };
+    sqlx::query(hold)
+        .execute(&mut *lock)
+        .await
+        .expect("take the write lock");
+    let mut first = vec![tokio::spawn(add(1))];
+    let mut next = 2;
+    match backend {
+        Backend::Sqlite => tokio::time::sleep(Duration::from_millis(500)).await,
+        Backend::Postgres => {
+            while writer_took_it(&database, first.len()).await {
+                assert!(next < REFUSED, "more writers than the test expects");
+                first.push(tokio::spawn(add(next)));
+                next += 1;
+            }
+        }
+    }
+    let grouped = tokio::spawn(futures::future::join_all((next..=14).map(add)));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    lock.rollback().await.expect("let the lock go");
+
+    let mut answers = futures::future::join_all(first)
+        .await
+        .into_iter()
+        .map(|answer| answer.expect("a first addition"))
+        .collect::<Vec<_>>();
+    answers.extend(grouped.await.expect("grouped additions"));
+    for (movie, reply) in &answers {
+        if *movie == REFUSED {
+            assert_rpc_error(reply, -32603);
+        } else {
+            let saved = saved_item(reply);
+            assert_eq!(
+                saved["content"]["title"],
+                seed_movie_title(*movie),
+                "{saved}"
+            );
+        }
+    }
+    let saved: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM watchlist_items")
+        .fetch_one(&database)
+        .await
+        .expect("count the items");
+    assert_eq!(saved, 13, "every movie but the refused one is saved");
+    assert!(
+        server.log().contains("trying its requests one by one"),
+        "the refused movie travelled in a group, and the log says so"
+    );
+    database.close().await;
+}
+
+/// Whether PostgreSQL shows `waiting` sessions waiting for a lock within two seconds: the
+/// latest of `waiting` additions took a writer of its own rather than queueing in the server.
+async fn writer_took_it(database: &sqlx::AnyPool, waiting: usize) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while tokio::time::Instant::now() < deadline {
+        let sessions: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(database)
+        .await
+        .expect("read pg_stat_activity");
+        if usize::try_from(sessions).is_ok_and(|sessions| sessions >= waiting) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
 }
 
 async fn add_without_a_status_asks_first_and_saves_watched(backend: Backend) {

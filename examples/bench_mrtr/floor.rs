@@ -2,8 +2,9 @@
 //! requests of a round trip get answers shaped like the conformance example's (`input_required`
 //! with a 150-character `requestState`, then `complete`, chosen by whether the body carries a
 //! `requestState`); a single call of `recommendMoviesForMood` or `summarizeMovieReviews` gets an
-//! answer shaped and sized like the movie server's (20 movies; a summary with themes). Served
-//! like ours: axum over hyper, Nagle's algorithm off, the default runtime.
+//! answer shaped and sized like the movie server's (20 movies; a summary with themes). Each
+//! result names its server in `_meta`, as the servers' 2026-07-28 results do. Served like ours:
+//! axum over hyper, Nagle's algorithm off, the default runtime.
 
 use std::net::SocketAddr;
 
@@ -26,14 +27,22 @@ struct Replies {
     summary: Bytes,
 }
 
+/// The `_meta` of a result from the conformance example. Its version is this package's, which
+/// `mcp-mrtr` shares.
+const CONFORMANCE_META: &str = concat!(
+    r#""_meta":{"io.modelcontextprotocol/serverInfo":{"name":"mcp-mrtr-conformance","version":""#,
+    env!("CARGO_PKG_VERSION"),
+    r#""}}"#
+);
+
 impl Replies {
     fn new() -> Self {
         let state = "A".repeat(150);
         let input_required = format!(
-            r#"{{"jsonrpc":"2.0","id":1,"result":{{"resultType":"input_required","inputRequests":{{"user_name":{{"method":"elicitation/create","params":{{"mode":"form","message":"What is your name?","requestedSchema":{{"properties":{{"name":{{"description":"Your name","type":"string"}}}},"required":["name"],"type":"object"}}}}}}}},"requestState":"{state}"}}}}"#
+            r#"{{"jsonrpc":"2.0","id":1,"result":{{"resultType":"input_required","inputRequests":{{"user_name":{{"method":"elicitation/create","params":{{"mode":"form","message":"What is your name?","requestedSchema":{{"properties":{{"name":{{"description":"Your name","type":"string"}}}},"required":["name"],"type":"object"}}}}}}}},"requestState":"{state}",{CONFORMANCE_META}}}}}"#
         );
         let complete = format!(
-            r#"{{"jsonrpc":"2.0","id":1,"result":{{"content":[{{"text":"{ELICITATION_REPLY}","type":"text"}}],"resultType":"complete"}}}}"#
+            r#"{{"jsonrpc":"2.0","id":1,"result":{{"content":[{{"text":"{ELICITATION_REPLY}","type":"text"}}],"resultType":"complete",{CONFORMANCE_META}}}}}"#
         );
         let movies: Vec<_> = (1..=20)
             .map(|n| {
@@ -61,7 +70,10 @@ fn structured(content: &serde_json::Value) -> Bytes {
     let reply = json!({"jsonrpc": "2.0", "id": 1, "result": {
         "content": [{"type": "text", "text": content.to_string()}],
         "structuredContent": content,
-        "resultType": "complete"
+        "resultType": "complete",
+        "_meta": {"io.modelcontextprotocol/serverInfo": {
+            "name": "moviedb-mcp", "version": env!("CARGO_PKG_VERSION")
+        }}
     }});
     reply.to_string().into()
 }

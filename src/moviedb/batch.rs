@@ -1,12 +1,17 @@
 //! Many callers' requests answered by one database call. Each call to the database costs far more
 //! than the work it carries (sqlx hands every SQLite statement to a thread of its own and back;
 //! PostgreSQL is a network round trip and, for a write, a commit), so requests that arrive while
-//! a call is under way wait for the next one and go together.
+//! a call is under way wait for the next one and go together. A batch of writes can isolate
+//! refusals: when the database refuses a row of a call (a constraint, a trigger), that call's
+//! requests are tried again one by one, so that one bad request does not fail the others it
+//! travelled with.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use sqlx::error::ErrorKind;
+use sqlx::postgres::PgDatabaseError;
+use sqlx::sqlite::SqliteError;
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tracing::Instrument as _;
 
@@ -36,18 +41,34 @@ pub struct Batch<Request, Answer> {
     name: &'static str,
 }
 
-/// What answers a batch: one answer per request, in order.
+/// What answers a batch: one answer per request, in order. In a batch that isolates refusals, a
+/// call that fails must leave nothing written, as its requests are tried again one by one.
 pub type Run<Request, Answer> =
-    Arc<dyn Fn(Vec<Request>) -> BoxFuture<'static, sqlx::Result<Vec<Answer>>> + Send + Sync>;
+    Arc<dyn Fn(Arc<[Request]>) -> BoxFuture<'static, sqlx::Result<Vec<Answer>>> + Send + Sync>;
 
-impl<Request: Send + 'static, Answer: Send + 'static> Batch<Request, Answer> {
+impl<Request: Clone + Send + Sync + 'static, Answer: Send + 'static> Batch<Request, Answer> {
     /// Starts `calls` runners on the current runtime; they stop when the batch is dropped.
-    /// `name` labels the batch's statements in the metrics.
+    /// `name` labels the batch's statements in the metrics. A failed call fails every request
+    /// it carried.
     pub fn start(name: &'static str, calls: usize, run: Run<Request, Answer>) -> Self {
+        Self::spawn(name, calls, run, false)
+    }
+
+    /// Like [`start`](Self::start), but a call the database failed by refusing a row is tried
+    /// again request by request, in order, so that only the requests it refuses fail.
+    pub fn start_isolating_refusals(
+        name: &'static str,
+        calls: usize,
+        run: Run<Request, Answer>,
+    ) -> Self {
+        Self::spawn(name, calls, run, true)
+    }
+
+    fn spawn(name: &'static str, calls: usize, run: Run<Request, Answer>, isolate: bool) -> Self {
         let (queue, waiting) = mpsc::channel(MOST_PER_CALL * calls.max(1) * 8);
         let waiting = Arc::new(Mutex::new(waiting));
         for _ in 0..calls.max(1) {
-            tokio::spawn(runner(name, waiting.clone(), run.clone()));
+            tokio::spawn(runner(name, waiting.clone(), run.clone(), isolate));
         }
         Self { queue, name }
     }
@@ -75,10 +96,11 @@ impl<Request: Send + 'static, Answer: Send + 'static> Batch<Request, Answer> {
     }
 }
 
-async fn runner<Request, Answer>(
+async fn runner<Request: Clone, Answer>(
     name: &'static str,
     waiting: Arc<Mutex<mpsc::Receiver<Job<Request, Answer>>>>,
     run: Run<Request, Answer>,
+    isolate: bool,
 ) {
     loop {
         let jobs = {
@@ -97,22 +119,80 @@ async fn runner<Request, Answer>(
         };
         let (requests, replies): (Vec<_>, Vec<_>) =
             jobs.into_iter().map(|job| (job.request, job.reply)).unzip();
+        let requests: Arc<[Request]> = requests.into();
         metrics::histogram!("moviedb_sql_batch_size", "batch" => name)
             .record(requests.len() as f64);
         let started = std::time::Instant::now();
-        answer_all(run(requests), replies).await;
+        match run(requests.clone()).await {
+            Err(error) if isolate && requests.len() > 1 && refuses_a_row(&error) => {
+                tracing::warn!(batch = name, %error, requests = requests.len(),
+                    "the database refused a row of a grouped statement; trying its requests one by one");
+                run_alone(&run, &requests, replies).await;
+            }
+            answers => answer_all(answers, replies),
+        }
         metrics::histogram!("moviedb_sql_batch_seconds", "batch" => name)
             .record(started.elapsed().as_secs_f64());
     }
 }
 
-/// Hands each request its answer; when the call fails, every request gets the failure. A caller
-/// that went away meanwhile is skipped.
-async fn answer_all<Answer>(
-    call: impl Future<Output = sqlx::Result<Vec<Answer>>>,
+/// Runs each of `requests` alone, in order (as they arrived, so the first of two requests for
+/// the same row still wins). Once one fails for another reason than a refused row, the rest
+/// get that failure without being tried: the database is out of reach for them too.
+async fn run_alone<Request: Clone, Answer>(
+    run: &Run<Request, Answer>,
+    requests: &[Request],
     replies: Vec<oneshot::Sender<Result<Answer, DatabaseError>>>,
 ) {
-    match call.await {
+    let mut out_of_reach: Option<DatabaseError> = None;
+    for (request, reply) in requests.iter().zip(replies) {
+        if let Some(error) = &out_of_reach {
+            let _ = reply.send(Err(error.clone()));
+            continue;
+        }
+        match run(Arc::from([request.clone()])).await {
+            Err(error) if !refuses_a_row(&error) => {
+                let error = DatabaseError::from(error);
+                out_of_reach = Some(error.clone());
+                let _ = reply.send(Err(error));
+            }
+            answers => answer_all(answers, vec![reply]),
+        }
+    }
+}
+
+/// Whether `error` is the database refusing a row: a constraint or a trigger's refusal, a value
+/// it cannot take. Anything else (I/O, a lock not granted, a server shutting down, rows that
+/// cannot be read) would meet each request alone too.
+fn refuses_a_row(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(error) = error else {
+        return false;
+    };
+    if error.kind() != ErrorKind::Other {
+        // Unique, foreign-key, not-null and check violations.
+        return true;
+    }
+    if let Some(postgres) = error.try_downcast_ref::<PgDatabaseError>() {
+        // SQLSTATE classes 22 (data exception) and 23 (integrity), and `RAISE EXCEPTION`.
+        let code = postgres.code();
+        return code.starts_with("22") || code.starts_with("23") || code == "P0001";
+    }
+    // SQLite's extended result codes: their low byte is CONSTRAINT (19, a trigger's `RAISE`
+    // included), MISMATCH (20) or RANGE (25).
+    error.try_downcast_ref::<SqliteError>().is_some()
+        && error
+            .code()
+            .and_then(|code| code.parse::<i32>().ok())
+            .is_some_and(|code| matches!(code & 0xff, 19 | 20 | 25))
+}
+
+/// Hands each request its answer; when the call failed, every request gets the failure. A
+/// caller that went away meanwhile is skipped.
+fn answer_all<Answer>(
+    answers: sqlx::Result<Vec<Answer>>,
+    replies: Vec<oneshot::Sender<Result<Answer, DatabaseError>>>,
+) {
+    match answers {
         Ok(answers) if answers.len() == replies.len() => {
             for (reply, answer) in replies.into_iter().zip(answers) {
                 let _ = reply.send(Ok(answer));
@@ -134,5 +214,128 @@ async fn answer_all<Answer>(
                 let _ = reply.send(Err(error.clone()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex as StdMutex;
+
+    use sqlx::sqlite::SqlitePoolOptions;
+    use tokio::sync::Semaphore;
+
+    use super::*;
+
+    /// What the test batches saw: the size of each call, in order.
+    type Calls = Arc<StdMutex<Vec<usize>>>;
+
+    /// A batch that writes numbers into a real SQLite table refusing 13 (a check constraint)
+    /// and answers their doubles; `failure`, when given, fails every call instead. Its first
+    /// call waits for `gate`, so that the requests sent meanwhile go together in the next one.
+    async fn doubling(
+        calls: Calls,
+        gate: Arc<Semaphore>,
+        failure: Option<fn() -> sqlx::Error>,
+    ) -> Batch<u32, u32> {
+        // One connection: each connection to `sqlite::memory:` has a database of its own.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE numbers (n INTEGER CHECK (n <> 13))")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let run: Run<u32, u32> = Arc::new(move |numbers: Arc<[u32]>| {
+            let (calls, gate, pool) = (calls.clone(), gate.clone(), pool.clone());
+            Box::pin(async move {
+                let first = {
+                    let mut calls = calls.lock().unwrap();
+                    calls.push(numbers.len());
+                    calls.len() == 1
+                };
+                if first {
+                    let _ = gate.acquire().await;
+                }
+                if let Some(failure) = failure {
+                    return Err(failure());
+                }
+                // One statement for the call: it writes every row or none.
+                let mut insert = sqlx::QueryBuilder::new("INSERT INTO numbers (n) ");
+                insert.push_values(numbers.iter(), |mut row, n| {
+                    row.push_bind(i64::from(*n));
+                });
+                insert.build().execute(&pool).await?;
+                Ok(numbers.iter().map(|n| n * 2).collect())
+            })
+        });
+        Batch::start_isolating_refusals("doubling", 1, run)
+    }
+
+    /// Asks for 100 alone, then for `grouped` together once the first call holds the runner.
+    async fn ask_grouped(
+        batch: Batch<u32, u32>,
+        calls: &Calls,
+        gate: &Semaphore,
+        grouped: std::ops::RangeInclusive<u32>,
+    ) -> Vec<(u32, Result<u32, DatabaseError>)> {
+        let batch = Arc::new(batch);
+        let first = tokio::spawn({
+            let batch = batch.clone();
+            async move { (100, batch.ask(100).await) }
+        });
+        while calls.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let count = grouped.clone().count();
+        let grouped: Vec<_> = grouped
+            .map(|n| {
+                let batch = batch.clone();
+                tokio::spawn(async move { (n, batch.ask(n).await) })
+            })
+            .collect();
+        while batch.queue.max_capacity() - batch.queue.capacity() < count {
+            tokio::task::yield_now().await;
+        }
+        gate.add_permits(1);
+        let mut answers = vec![first.await.unwrap()];
+        for answer in grouped {
+            answers.push(answer.await.unwrap());
+        }
+        answers
+    }
+
+    #[tokio::test]
+    async fn a_row_the_database_refuses_fails_alone_not_with_its_group() {
+        let calls = Calls::default();
+        let gate = Arc::new(Semaphore::new(0));
+        let batch = doubling(calls.clone(), gate.clone(), None).await;
+        for answer in ask_grouped(batch, &calls, &gate, 10..=16).await {
+            match answer {
+                (13, answer) => assert!(answer.is_err(), "13 is refused"),
+                (n, Ok(answer)) => assert_eq!(answer, n * 2),
+                (n, Err(error)) => panic!("{n} failed with its group: {error}"),
+            }
+        }
+        let calls = calls.lock().unwrap().clone();
+        assert_eq!(
+            calls,
+            [1, 7, 1, 1, 1, 1, 1, 1, 1],
+            "the group of 7, then each alone"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_database_out_of_reach_fails_the_group_once() {
+        let calls = Calls::default();
+        let gate = Arc::new(Semaphore::new(0));
+        let timed_out = || sqlx::Error::PoolTimedOut;
+        let batch = doubling(calls.clone(), gate.clone(), Some(timed_out)).await;
+        for (n, answer) in ask_grouped(batch, &calls, &gate, 10..=16).await {
+            assert!(answer.is_err(), "{n} fails");
+        }
+        let calls = calls.lock().unwrap().clone();
+        assert_eq!(calls, [1, 7], "no request is tried again alone");
     }
 }

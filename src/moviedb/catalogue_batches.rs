@@ -14,7 +14,7 @@ use super::model::{Id, Mood, MovieSummary, RECOMMENDATION_LIMIT, Review};
 
 /// Answers "what is the catalogue's version now?" with one query at a time.
 pub fn versions(pool: AnyPool) -> Batch<(), i64> {
-    let run: Run<(), i64> = Arc::new(move |asks: Vec<()>| {
+    let run: Run<(), i64> = Arc::new(move |asks: Arc<[()]>| {
         let pool = pool.clone();
         Box::pin(async move {
             let version: i64 = sqlx::query_scalar("SELECT version FROM catalogue_version")
@@ -28,10 +28,10 @@ pub fn versions(pool: AnyPool) -> Batch<(), i64> {
 
 /// Answers "the best movies for this mood" on `calls` connections of `pool` at a time.
 pub fn recommendations(pool: AnyPool, calls: usize) -> Batch<Mood, Arc<[MovieSummary]>> {
-    let run: Run<Mood, Arc<[MovieSummary]>> = Arc::new(move |moods: Vec<Mood>| {
+    let run: Run<Mood, Arc<[MovieSummary]>> = Arc::new(move |moods: Arc<[Mood]>| {
         let pool = pool.clone();
         Box::pin(async move {
-            let mut wanted: Vec<Mood> = moods.clone();
+            let mut wanted: Vec<Mood> = moods.to_vec();
             wanted.sort_by_key(|mood| mood.as_str());
             wanted.dedup();
             let sql = format!(
@@ -67,10 +67,10 @@ pub fn recommendations(pool: AnyPool, calls: usize) -> Batch<Mood, Arc<[MovieSum
 
 /// Answers "the reviews of this movie, oldest first" on `calls` connections of `pool` at a time.
 pub fn reviews(pool: AnyPool, calls: usize) -> Batch<i64, Arc<[Review]>> {
-    let run: Run<i64, Arc<[Review]>> = Arc::new(move |movies: Vec<i64>| {
+    let run: Run<i64, Arc<[Review]>> = Arc::new(move |movies: Arc<[i64]>| {
         let pool = pool.clone();
         Box::pin(async move {
-            let mut wanted = movies.clone();
+            let mut wanted = movies.to_vec();
             wanted.sort_unstable();
             wanted.dedup();
             let sql = format!(

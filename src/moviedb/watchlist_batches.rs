@@ -15,12 +15,14 @@ use super::batch::{Batch, Run};
 use super::model::{Title, WatchStatus};
 
 /// Is `title` on `user`'s list?
+#[derive(Clone)]
 pub struct ListedCheck {
     pub user: String,
     pub title: Title,
 }
 
 /// An item to add to `user`'s list, and the user to create if needed.
+#[derive(Clone)]
 pub struct NewItem {
     pub user: String,
     pub title: Title,
@@ -30,7 +32,7 @@ pub struct NewItem {
 
 /// Answers [`ListedCheck`]s on `calls` connections of `pool` at a time.
 pub fn listed_checks(pool: AnyPool, calls: usize) -> Batch<ListedCheck, bool> {
-    let run: Run<ListedCheck, bool> = Arc::new(move |checks: Vec<ListedCheck>| {
+    let run: Run<ListedCheck, bool> = Arc::new(move |checks: Arc<[ListedCheck]>| {
         let pool = pool.clone();
         Box::pin(async move {
             let sql = format!(
@@ -65,7 +67,7 @@ pub fn listed_checks(pool: AnyPool, calls: usize) -> Batch<ListedCheck, bool> {
 /// Adds [`NewItem`]s on `calls` connections of `pool` at a time; each answer is the new item's
 /// id, or `None` when the title was already listed.
 pub fn additions(pool: AnyPool, postgres: bool, calls: usize) -> Batch<NewItem, Option<i64>> {
-    let run: Run<NewItem, Option<i64>> = Arc::new(move |items: Vec<NewItem>| {
+    let run: Run<NewItem, Option<i64>> = Arc::new(move |items: Arc<[NewItem]>| {
         let pool = pool.clone();
         Box::pin(async move {
             let rows = value_rows(items.len(), 6);
@@ -136,7 +138,7 @@ pub fn additions(pool: AnyPool, postgres: bool, calls: usize) -> Batch<NewItem, 
             Ok(claim(&items, inserted))
         })
     });
-    Batch::start("watchlist_additions", calls, run)
+    Batch::start_isolating_refusals("watchlist_additions", calls, run)
 }
 
 /// SQLite's rows: the inserted items (five columns), then the users' ids and names (two), from

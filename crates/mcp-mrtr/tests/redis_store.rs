@@ -266,3 +266,62 @@ async fn task_records_change_only_from_the_version_read_and_expire_on_their_own(
     );
     assert_eq!(second.read("absent").await.expect("read"), None);
 }
+
+#[tokio::test]
+async fn a_task_record_whose_index_entry_cannot_be_written_is_not_left_behind() {
+    use mcp_mrtr::store::{Owner, RedisStore, RedisStoreConfig, TaskStore};
+    let prefix = format!("mcp-task-half-test-{}:", support::net::random_hex(6));
+    let config = RedisStoreConfig {
+        url: shared_redis_url(),
+        prefix: prefix.clone(),
+        timeout: Duration::from_secs(2),
+        cluster: false,
+    };
+    let store = RedisStore::connect(config, 10).await.expect("Redis");
+    let alice = Owner::new("alice");
+    let ttl = Duration::from_secs(60);
+    store
+        .create(&alice, "first", b"created".to_vec(), ttl)
+        .await
+        .expect("create");
+
+    // Alice's index of tasks turns into a plain string (an operator's mistake, a key clash):
+    // Redis now refuses to add to it, a real failure half-way through the creation.
+    let client = redis::Client::open(shared_redis_url()).expect("a Redis URL");
+    let mut redis = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection to Redis");
+    let indexes: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}owner:tasks:*"))
+        .query_async(&mut redis)
+        .await
+        .expect("list the owners' indexes");
+    assert_eq!(indexes.len(), 1, "one index, alice's: {indexes:?}");
+    let () = redis::cmd("SET")
+        .arg(&indexes[0])
+        .arg("not an index")
+        .query_async(&mut redis)
+        .await
+        .expect("overwrite the index");
+
+    let refused = store.create(&alice, "second", b"half".to_vec(), ttl).await;
+    assert!(refused.is_err(), "the creation fails: {refused:?}");
+    assert_eq!(
+        store.read("second").await.expect("read"),
+        None,
+        "no record is left for a task nobody was told of"
+    );
+    let records: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}record:task:*"))
+        .query_async(&mut redis)
+        .await
+        .expect("list the task records");
+    assert_eq!(records, [format!("{prefix}record:task:first")]);
+    let () = redis::cmd("DEL")
+        .arg(&indexes[0])
+        .arg(&records[0])
+        .query_async(&mut redis)
+        .await
+        .expect("clean up");
+}
