@@ -659,6 +659,20 @@ async fn an_item_the_database_refuses_fails_alone_not_with_the_items_saved_besid
         server.log().contains("trying its requests one by one"),
         "the refused movie travelled in a group, and the log says so"
     );
+    let metrics = server.url().replace("/mcp", "/metrics");
+    let metrics = reqwest::get(&metrics)
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("metrics text");
+    let splits = metrics
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("moviedb_sql_batch_splits_total{batch=\"watchlist_additions\"} ")
+        })
+        .unwrap_or("absent");
+    assert_eq!(splits, "1", "the metrics count the split group");
     database.close().await;
 }
 

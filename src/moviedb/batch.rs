@@ -127,6 +127,7 @@ async fn runner<Request: Clone, Answer>(
             Err(error) if isolate && requests.len() > 1 && refuses_a_row(&error) => {
                 tracing::warn!(batch = name, %error, requests = requests.len(),
                     "the database refused a row of a grouped statement; trying its requests one by one");
+                metrics::counter!("moviedb_sql_batch_splits_total", "batch" => name).increment(1);
                 run_alone(&run, &requests, replies).await;
             }
             answers => answer_all(answers, replies),
