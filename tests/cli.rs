@@ -30,9 +30,11 @@ fn help_flags(help: &str) -> Vec<(String, Option<String>)> {
         })
         .filter(|flag| !["help", "version"].contains(flag))
         .map(|flag| {
+            // Its entry: after the flag itself (a value's name, or the line's end for a switch).
             let description = help
-                .split(&format!("--{flag} "))
-                .nth(1)
+                .split(&format!("--{flag}"))
+                .skip(1)
+                .find(|rest| rest.starts_with([' ', '\n']))
                 .unwrap_or_default()
                 .split("\n      --")
                 .next()
@@ -67,6 +69,13 @@ fn the_readme_lists_every_flag_of_help_with_its_variable() {
     let help = String::from_utf8(moviedb(&["--help"]).stdout).expect("help is text");
     let flags = help_flags(&help);
     assert!(flags.len() > 10, "--help lists the flags: {help}");
+    // Every variable --help names is found with its flag, so none escapes the check below.
+    let with_env = flags.iter().filter(|(_, env)| env.is_some()).count();
+    assert_eq!(
+        with_env,
+        help.matches("[env: ").count(),
+        "a flag's variable was not read: {flags:?}"
+    );
     let rows = readme_rows();
     for (flag, env) in &flags {
         let row = rows

@@ -1041,7 +1041,14 @@ async fn huge_headers_and_names_are_echoed_only_as_a_prefix() {
     let name = "n".repeat(500_000);
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": MODERN}, "name": name, "arguments": {}}
+        "params": {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": {}
+            },
+            "name": name,
+            "arguments": {}
+        }
     });
     let name_answer = http
         .post(server.url())
@@ -1049,7 +1056,7 @@ async fn huge_headers_and_names_are_echoed_only_as_a_prefix() {
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", MODERN)
         .header("mcp-method", "tools/call")
-        .header("mcp-name", "n")
+        .header("mcp-name", &name)
         .json(&body)
         .send()
         .await
@@ -1075,6 +1082,13 @@ async fn huge_headers_and_names_are_echoed_only_as_a_prefix() {
         name_answer.len() < 2048,
         "the answer is short: {} bytes",
         name_answer.len()
+    );
+    let name_error: Value = serde_json::from_str(&name_answer).expect("a JSON-RPC answer");
+    assert_eq!(name_error["error"]["code"], -32602, "{name_answer}");
+    let message = name_error["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("Unknown tool: nnn") && message.contains("(500000 bytes)"),
+        "the unknown tool is named by a prefix and its size: {message}"
     );
     assert!(
         longest_log_line < 4096,

@@ -57,12 +57,7 @@ async fn what_a_session_keeps_is_bounded() {
                 json!({"uri": format!("test://item/{n}")}),
             )
             .await;
-        assert_eq!(
-            reply.error_code(),
-            None,
-            "subscription {n}: {:?}",
-            reply.messages
-        );
+        assert_empty_result(&reply, &format!("subscription {n}"));
     }
     let over = client
         .request("resources/subscribe", json!({"uri": "test://item/128"}))
@@ -76,11 +71,22 @@ async fn what_a_session_keeps_is_bounded() {
     let freed = client
         .request("resources/unsubscribe", json!({"uri": "test://item/0"}))
         .await;
-    assert_eq!(freed.error_code(), None, "{:?}", freed.messages);
+    assert_empty_result(&freed, "the unsubscription");
     let again = client
         .request("resources/subscribe", json!({"uri": "test://item/128"}))
         .await;
-    assert_eq!(again.error_code(), None, "{:?}", again.messages);
+    assert_empty_result(&again, "the subscription after it");
+}
+
+/// `reply` is a success with an empty result, as `resources/subscribe` and `unsubscribe` answer.
+fn assert_empty_result(reply: &support::legacy::LegacyReply, what: &str) {
+    assert_eq!(reply.status, 200, "{what}: {:?}", reply.messages);
+    assert_eq!(
+        reply.messages.first().map(|m| &m["result"]),
+        Some(&json!({})),
+        "{what}: {:?}",
+        reply.messages
+    );
 }
 
 #[tokio::test]
@@ -679,5 +685,12 @@ mod movies {
                 .all(|m| m.get("method").is_none()),
             "no model call for two reviews"
         );
+        let response = counts_only
+            .messages
+            .iter()
+            .find(|m| m.get("result").is_some())
+            .expect("the call's result");
+        assert_eq!(structured(response)["reviewCount"], 2, "{response}");
+        assert_eq!(structured(response)["summary"], Value::Null, "{response}");
     }
 }

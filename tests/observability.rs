@@ -172,7 +172,9 @@ fn host_of(server: &MovieServer) -> String {
 
 #[tokio::test]
 async fn prometheus_reads_the_conversations_rounds_and_refusals_of_a_running_server() {
-    let server = MovieServer::start(Backend::Sqlite).await;
+    // Legacy sessions left unused for 2 s expire: the one below is kept busy for longer.
+    let launch = Launch::with_args(["--legacy-session-idle-secs", "2"]);
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
     let target = host_of(&server);
     let prometheus = Prometheus::scraping(&target, "/metrics").await;
     let alice = server.user("alice");
@@ -240,10 +242,13 @@ async fn prometheus_reads_the_conversations_rounds_and_refusals_of_a_running_ser
         let legacy = support::legacy::LegacyClient::new(server.url().to_owned(), None)
             .initialize(json!({}))
             .await;
-        let listed = legacy.request("tools/list", json!({})).await;
-        assert_eq!(listed.status, 200);
-        // Scraped at least twice since the session's requests renewed it.
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // Used twice a second for twice its idle lifetime: each request renews it.
+        let busy_until = std::time::Instant::now() + Duration::from_secs(4);
+        while std::time::Instant::now() < busy_until {
+            let listed = legacy.request("tools/list", json!({})).await;
+            assert_eq!(listed.status, 200, "the renewed session is still open");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         prometheus
             .expect("mcp_legacy_sessions_open{store=\"memory\"}", 1.0)
             .await;
@@ -356,15 +361,36 @@ async fn prometheus_reads_what_the_redis_store_holds_and_what_lapsed_in_it() {
         prometheus
             .expect("mcp_legacy_sessions_open{store=\"redis\"}", 1.0)
             .await;
+        let expired = "mcp_legacy_sessions_expired_total{store=\"redis\"}";
+        assert_eq!(
+            prometheus.value(expired).await.unwrap_or(0.0),
+            0.0,
+            "a session its client deleted did not expire"
+        );
         // Left unused past its idle lifetime, the open one expires.
         drop(open);
-        prometheus
-            .expect("mcp_legacy_sessions_expired_total{store=\"redis\"}", 1.0)
-            .await;
+        prometheus.expect(expired, 1.0).await;
         prometheus
             .expect("mcp_legacy_sessions_open{store=\"redis\"}", 0.0)
             .await;
     }
+
+    // Two sweeps and scrapes later, nothing was counted twice.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let abandoned = "mcp_mrtr_conversations_abandoned_total{store=\"redis\"}";
+    assert_eq!(
+        prometheus.value(abandoned).await,
+        Some(2.0),
+        "each counted once"
+    );
+    #[cfg(feature = "legacy")]
+    assert_eq!(
+        prometheus
+            .value("mcp_legacy_sessions_expired_total{store=\"redis\"}")
+            .await,
+        Some(1.0),
+        "the expired session counted once"
+    );
 }
 
 /// A replica counts what Redis already holds as soon as it starts, however long its pace between

@@ -12,7 +12,7 @@ mod nginx;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -179,6 +179,8 @@ struct LoadReport {
     latencies: Vec<Duration>,
     /// Conversations completed, per user.
     completed: BTreeMap<String, i64>,
+    /// Every user the load signed in as.
+    users: Vec<String>,
 }
 
 impl LoadReport {
@@ -197,52 +199,77 @@ fn response_in(reply: &support::Reply) -> Option<&Value> {
         .find(|message| message.get("result").is_some() || message.get("error").is_some())
 }
 
-/// One worker: `user` adds movie after movie through `session`, each in two rounds, until
-/// `stop`.
-async fn converse_until(session: Session, user: String, stop: Arc<AtomicBool>) -> LoadReport {
+/// Movies a load user adds before the worker goes on as a new user (the seed has 355).
+const MOVIES_PER_USER: usize = 350;
+
+/// One worker: a user adds movie after movie, each in two rounds; once it has added
+/// [`MOVIES_PER_USER`] the worker goes on as the next user (`load-<worker>-<n>`), until `stop`,
+/// so that the load lasts however long the test takes. `completed` counts every worker's
+/// completed conversations as they happen.
+async fn converse_until(
+    worker: usize,
+    sign_in: impl Fn(&str) -> Session,
+    stop: Arc<AtomicBool>,
+    completed: Arc<AtomicUsize>,
+) -> LoadReport {
     let mut report = LoadReport::default();
-    let mut movie = 0;
-    while !stop.load(Ordering::Relaxed) && movie < 350 {
-        movie += 1;
-        let arguments = json!({"subject": {"movieId": movie.to_string()}});
-        report.conversations += 1;
-        let started = Instant::now();
-        let first = session.call("addToWatchlist", arguments.clone()).await;
-        report.requests += 1;
-        report.latencies.push(started.elapsed());
-        let state = match response_in(&first).and_then(|response| response.get("result")) {
-            Some(result) if result["resultType"] == "input_required" => first.request_state(),
-            _ => {
-                let failure = format!("{user}: round 1 of movie {movie}: HTTP {}", first.status);
-                report.failures.push(failure);
-                continue;
+    for round in 0.. {
+        let user = format!("load-{worker}-{round}");
+        let session = sign_in(&user);
+        report.users.push(user.clone());
+        for movie in 1..=MOVIES_PER_USER {
+            if stop.load(Ordering::Relaxed) {
+                return report;
             }
-        };
-        let answer = json!({"status": {"action": "accept", "content": {"status": "WATCHED"}}});
-        let started = Instant::now();
-        let done = session
-            .retry("addToWatchlist", arguments, answer, &state)
-            .await;
-        report.requests += 1;
-        report.latencies.push(started.elapsed());
-        let saved = response_in(&done)
-            .and_then(|response| response.get("result"))
-            .filter(|result| result["isError"] != json!(true))
-            .is_some_and(|result| result["structuredContent"]["status"] == "WATCHED");
-        if saved {
-            *report.completed.entry(user.clone()).or_default() += 1;
-        } else {
-            let failure = format!("{user}: round 2 of movie {movie}: HTTP {}", done.status);
-            report.failures.push(failure);
+            if converse(&session, &user, movie, &mut report).await {
+                *report.completed.entry(user.clone()).or_default() += 1;
+                completed.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
     report
+}
+
+/// One conversation: `user` adds `movie` and answers that it watched it. Whether it was saved;
+/// what failed goes into the report.
+async fn converse(session: &Session, user: &str, movie: usize, report: &mut LoadReport) -> bool {
+    let arguments = json!({"subject": {"movieId": movie.to_string()}});
+    report.conversations += 1;
+    let started = Instant::now();
+    let first = session.call("addToWatchlist", arguments.clone()).await;
+    report.requests += 1;
+    report.latencies.push(started.elapsed());
+    let state = match response_in(&first).and_then(|response| response.get("result")) {
+        Some(result) if result["resultType"] == "input_required" => first.request_state(),
+        _ => {
+            let failure = format!("{user}: round 1 of movie {movie}: HTTP {}", first.status);
+            report.failures.push(failure);
+            return false;
+        }
+    };
+    let answer = json!({"status": {"action": "accept", "content": {"status": "WATCHED"}}});
+    let started = Instant::now();
+    let done = session
+        .retry("addToWatchlist", arguments, answer, &state)
+        .await;
+    report.requests += 1;
+    report.latencies.push(started.elapsed());
+    let saved = response_in(&done)
+        .and_then(|response| response.get("result"))
+        .filter(|result| result["isError"] != json!(true))
+        .is_some_and(|result| result["structuredContent"]["status"] == "WATCHED");
+    if !saved {
+        let failure = format!("{user}: round 2 of movie {movie}: HTTP {}", done.status);
+        report.failures.push(failure);
+    }
+    saved
 }
 
 /// `workers` users' conversations running through nginx in front of the replicas.
 struct Load {
     balancer: nginx::Nginx,
     stop: Arc<AtomicBool>,
+    completed: Arc<AtomicUsize>,
     running: Vec<tokio::task::JoinHandle<LoadReport>>,
 }
 
@@ -252,35 +279,57 @@ impl Load {
             .await
             .expect("nginx starts");
         let stop = Arc::new(AtomicBool::new(false));
+        let completed = Arc::new(AtomicUsize::new(0));
         let running = (0..workers)
             .map(|worker| {
-                let user = format!("load-{worker}");
-                let session = Session::signed_in(balancer.url(), cluster.settings.token(&user));
-                tokio::spawn(converse_until(session, user, stop.clone()))
+                let (url, settings) = (balancer.url(), cluster.settings.clone());
+                let sign_in =
+                    move |user: &str| Session::signed_in(url.clone(), settings.token(user));
+                tokio::spawn(converse_until(
+                    worker,
+                    sign_in,
+                    stop.clone(),
+                    completed.clone(),
+                ))
             })
             .collect();
         tokio::time::sleep(Duration::from_secs(1)).await;
         Self {
             balancer,
             stop,
+            completed,
             running,
         }
     }
 
-    /// Lets the load run a second more, stops it, and gathers what the users saw.
+    /// Conversations completed so far, by every worker.
+    fn completed(&self) -> usize {
+        self.completed.load(Ordering::Relaxed)
+    }
+
+    /// Lets the load run a second more, stops it, and gathers what the users saw. Fails the
+    /// test unless conversations completed in that second: the load must outlast what the test
+    /// did to the replicas, or it would show nothing about it.
     async fn finish(mut self) -> LoadReport {
+        let before = self.completed();
         tokio::time::sleep(Duration::from_secs(1)).await;
         self.stop.store(true, Ordering::Relaxed);
         let mut report = LoadReport::default();
-        for worker in self.running {
+        for worker in self.running.drain(..) {
             let seen = worker.await.expect("a load worker ran");
             report.conversations += seen.conversations;
             report.requests += seen.requests;
             report.failures.extend(seen.failures);
             report.latencies.extend(seen.latencies);
             report.completed.extend(seen.completed);
+            report.users.extend(seen.users);
         }
         self.balancer.stop().await;
+        assert!(
+            self.completed() > before,
+            "the load still ran after the replicas were restarted ({before} conversations \
+             completed by then)"
+        );
         report
     }
 }
@@ -325,11 +374,11 @@ async fn rolling_restart(redis_url: String, redis: &str) {
         "no request failed: {:?}",
         report.failures
     );
-    assert!(report.conversations >= 8, "the load ran: {report:?}");
-    for (user, completed) in &report.completed {
+    for user in &report.users {
+        let completed = report.completed.get(user).copied().unwrap_or(0);
         assert_eq!(
             cluster.database.watchlist_rows(user).await,
-            *completed,
+            completed,
             "{user}: exactly one row per completed conversation"
         );
     }
@@ -358,11 +407,9 @@ async fn replicas_killed_behind_nginx_fail_only_calls_in_flight_and_double_nothi
     for failure in &report.failures {
         println!("  failed: {failure}");
     }
-    assert!(report.conversations >= 8, "the load ran: {report:?}");
-    for worker in 0..8 {
-        let user = format!("load-{worker}");
-        let completed = report.completed.get(&user).copied().unwrap_or(0);
-        let rows = cluster.database.watchlist_rows(&user).await;
+    for user in &report.users {
+        let completed = report.completed.get(user).copied().unwrap_or(0);
+        let rows = cluster.database.watchlist_rows(user).await;
         // A retry whose answer was lost with its replica may have been saved: never more.
         let failed = report
             .failures
@@ -373,5 +420,54 @@ async fn replicas_killed_behind_nginx_fail_only_calls_in_flight_and_double_nothi
             rows >= completed && rows <= completed + failed,
             "{user}: {rows} rows for {completed} completed conversations ({failed} failed)"
         );
+    }
+}
+
+/// deploy/nginx.conf passes the client's `Host` on. Replicas on loopback refuse a `Host` that is
+/// not local (DNS rebinding) unless `--allowed-origins` names it: reached under a public name,
+/// they answer 403 without it and serve with it, as the README's configuration table says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_nginx_loopback_replicas_serve_a_public_name_only_when_it_is_allowed() {
+    use support::cluster::SharedSettings;
+    const PUBLIC: &str = "movies.example.com";
+    let discover = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "server/discover",
+        "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }}
+    });
+    for (allowed, expected) in [(None, 403), (Some(format!("https://{PUBLIC}")), 200)] {
+        let mut settings = SharedSettings::new(shared_redis_url());
+        if let Some(allowed) = &allowed {
+            settings.extra_env = vec![("MOVIEDB_ALLOWED_ORIGINS".into(), allowed.clone())];
+        }
+        let replicas = Replicas::start_with(1, settings).await;
+        let mut balancer = nginx::Nginx::start(free_port(), &replicas.addresses(), false)
+            .await
+            .expect("nginx starts");
+        let answer = reqwest::Client::new()
+            .post(balancer.url())
+            .header("host", PUBLIC)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "server/discover")
+            .json(&discover)
+            .send()
+            .await
+            .expect("nginx answers");
+        let status = answer.status().as_u16();
+        let body = answer.text().await.unwrap_or_default();
+        assert_eq!(status, expected, "allowed {allowed:?}: {body}");
+        if expected == 403 {
+            assert!(
+                body.contains("Host movies.example.com is not allowed"),
+                "{body}"
+            );
+        } else {
+            assert!(body.contains("\"result\""), "{body}");
+        }
+        balancer.stop().await;
     }
 }

@@ -459,11 +459,23 @@ async fn without_an_issuer_the_log_says_sign_in_is_for_development() {
         "{}",
         server.log()
     );
-    let anonymous = server.anonymous().call("getWatchlist", json!({})).await;
-    assert_ne!(
+    let anonymous = server
+        .anonymous()
+        .call(
+            "recommendMoviesForMood",
+            json!({"input": {"mood": "COMFORT"}}),
+        )
+        .await;
+    assert_eq!(
         anonymous.status.as_u16(),
-        401,
+        200,
         "anonymous callers are let in"
+    );
+    assert_eq!(
+        anonymous.result_type(),
+        "complete",
+        "and served: {}",
+        anonymous.body_text()
     );
 }
 

@@ -179,12 +179,12 @@ fn refuses_a_row(error: &sqlx::Error) -> bool {
         return code.starts_with("22") || code.starts_with("23") || code == "P0001";
     }
     // SQLite's extended result codes: their low byte is CONSTRAINT (19, a trigger's `RAISE`
-    // included), MISMATCH (20) or RANGE (25).
+    // included) or MISMATCH (20, a value its column cannot take).
     error.try_downcast_ref::<SqliteError>().is_some()
         && error
             .code()
             .and_then(|code| code.parse::<i32>().ok())
-            .is_some_and(|code| matches!(code & 0xff, 19 | 20 | 25))
+            .is_some_and(|code| matches!(code & 0xff, 19 | 20))
 }
 
 /// Hands each request its answer; when the call failed, every request gets the failure. A
@@ -338,5 +338,67 @@ mod tests {
         }
         let calls = calls.lock().unwrap().clone();
         assert_eq!(calls, [1, 7], "no request is tried again alone");
+    }
+
+    /// Whether `sql` fails on `pool` with an error [`refuses_a_row`] counts as a refused row.
+    async fn refused(pool: &sqlx::AnyPool, sql: &'static str) -> bool {
+        let error = sqlx::query(sql).execute(pool).await.expect_err(sql);
+        refuses_a_row(&error)
+    }
+
+    /// Each database's refusals of a row, as they come through the `Any` pools the server uses,
+    /// are told from its other failures.
+    #[tokio::test]
+    async fn refused_rows_are_told_from_other_failures_on_both_databases() {
+        sqlx::any::install_default_drivers();
+        let sqlite = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        let schema = "CREATE TABLE items (id INTEGER PRIMARY KEY, n INTEGER NOT NULL UNIQUE \
+                      CHECK (n > 0)); INSERT INTO items (n) VALUES (1); \
+                      CREATE TRIGGER no_sevens BEFORE INSERT ON items WHEN NEW.n = 7 \
+                      BEGIN SELECT RAISE(ABORT, 'no sevens'); END;";
+        sqlx::raw_sql(schema).execute(&sqlite).await.unwrap();
+        for sql in [
+            "INSERT INTO items (n) VALUES (1)",
+            "INSERT INTO items (n) VALUES (NULL)",
+            "INSERT INTO items (n) VALUES (-1)",
+            "INSERT INTO items (n) VALUES (7)",
+            "INSERT INTO items (id, n) VALUES ('not a number', 2)",
+        ] {
+            assert!(refused(&sqlite, sql).await, "SQLite refuses a row: {sql}");
+        }
+        for sql in ["SELECT * FROM nowhere", "INSERT INTO items (n) VALUES ("] {
+            assert!(!refused(&sqlite, sql).await, "not a refused row: {sql}");
+        }
+
+        let url = std::env::var("TEST_POSTGRES_URL")
+            .ok()
+            .filter(|url| !url.trim().is_empty())
+            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let postgres = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .expect("PostgreSQL (TEST_POSTGRES_URL) answers");
+        for sql in [
+            "SELECT 1 / 0",
+            "SELECT 'not a number'::integer",
+            "DO $$ BEGIN RAISE EXCEPTION 'refused by a trigger'; END $$",
+        ] {
+            assert!(
+                refused(&postgres, sql).await,
+                "PostgreSQL refuses a row: {sql}"
+            );
+        }
+        for sql in [
+            "SELECT * FROM nowhere",
+            "SELEC 1",
+            "DO $$ BEGIN RAISE EXCEPTION 'held' USING ERRCODE = 'lock_not_available'; END $$",
+        ] {
+            assert!(!refused(&postgres, sql).await, "not a refused row: {sql}");
+        }
     }
 }

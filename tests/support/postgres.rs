@@ -84,15 +84,20 @@ impl TestDatabase {
 
     /// How many movies the catalogue holds (0 before a server seeded it).
     pub async fn movie_count(&self) -> i64 {
+        self.rows_in("movies").await
+    }
+
+    /// How many rows `table` holds (one of the server's tables, named by the test).
+    pub async fn rows_in(&self, table: &'static str) -> i64 {
         let mut connection = connect(&self.url)
             .await
             .unwrap_or_else(|e| panic!("cannot open the test database: {e}"));
-        let movies = sqlx::query_scalar("SELECT COUNT(*) FROM movies")
+        let rows = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
             .fetch_one(&mut connection)
             .await
-            .unwrap_or_else(|e| panic!("the server did not create its tables in PostgreSQL: {e}"));
+            .unwrap_or_else(|e| panic!("cannot count the rows of {table} in PostgreSQL: {e}"));
         let _ = connection.close().await;
-        movies
+        rows
     }
 
     /// How many watch-list rows `user` has, read straight from the database.

@@ -59,6 +59,17 @@ async fn on_a_redis_cluster_calls_resume_anywhere_once_and_shares_and_messages_h
     // An owner past its share loses its own oldest entries, whatever node they live on.
     only_the_oldest_go_past_the_share(config_of(&cluster)).await;
 
+    // An entry written on one node whose index entry Redis refuses on another is not left behind.
+    let config = config_of(&cluster);
+    let store = RedisStore::connect(config.clone(), 3).await.expect("Redis");
+    let node = cluster.one_url();
+    support::redis::a_put_refused_half_way_leaves_nothing(&store, &config.prefix, |index| {
+        let mut cli = support::redis::redis_cli();
+        cli.args(["-c", "-u", &node, "SET", index, "not an index"]);
+        assert!(support::redis::cli_output(&mut cli).status.success());
+    })
+    .await;
+
     // The URL of one node, not said to be a cluster, reaches every master's slots all the same.
     let one_node = RedisStoreConfig {
         url: cluster.one_url(),

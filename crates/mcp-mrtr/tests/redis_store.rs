@@ -209,6 +209,36 @@ async fn past_its_share_an_owner_loses_only_its_own_oldest_entries_in_redis() {
     }
 }
 
+/// A store on the shared Redis under a fresh prefix starting with `stem`, with a share of ten;
+/// and the prefix.
+async fn store_of_ten(stem: &str) -> (mcp_mrtr::store::RedisStore, String) {
+    let prefix = format!("{stem}-{}:", support::net::random_hex(6));
+    let config = mcp_mrtr::store::RedisStoreConfig {
+        url: shared_redis_url(),
+        prefix: prefix.clone(),
+        timeout: Duration::from_secs(2),
+        cluster: false,
+    };
+    let store = mcp_mrtr::store::RedisStore::connect(config, 10).await;
+    (store.expect("Redis"), prefix)
+}
+
+#[tokio::test]
+async fn a_continuation_whose_index_entry_cannot_be_written_is_not_left_behind() {
+    let (store, prefix) = store_of_ten("mcp-put-half-test").await;
+    let on_shared_redis = |arguments: &[&str]| {
+        let mut cli = support::redis::redis_cli();
+        cli.args(["-u", &shared_redis_url()]).args(arguments);
+        let output = support::redis::cli_output(&mut cli);
+        assert!(output.status.success(), "redis-cli {arguments:?} failed");
+    };
+    let index = support::redis::a_put_refused_half_way_leaves_nothing(&store, &prefix, |index| {
+        on_shared_redis(&["SET", index, "not an index"])
+    })
+    .await;
+    on_shared_redis(&["DEL", &index]);
+}
+
 #[tokio::test]
 async fn task_records_change_only_from_the_version_read_and_expire_on_their_own() {
     use mcp_mrtr::store::{Owner, RedisStore, RedisStoreConfig, TaskStore};
@@ -269,15 +299,8 @@ async fn task_records_change_only_from_the_version_read_and_expire_on_their_own(
 
 #[tokio::test]
 async fn a_task_record_whose_index_entry_cannot_be_written_is_not_left_behind() {
-    use mcp_mrtr::store::{Owner, RedisStore, RedisStoreConfig, TaskStore};
-    let prefix = format!("mcp-task-half-test-{}:", support::net::random_hex(6));
-    let config = RedisStoreConfig {
-        url: shared_redis_url(),
-        prefix: prefix.clone(),
-        timeout: Duration::from_secs(2),
-        cluster: false,
-    };
-    let store = RedisStore::connect(config, 10).await.expect("Redis");
+    use mcp_mrtr::store::{Owner, TaskStore};
+    let (store, prefix) = store_of_ten("mcp-task-half-test").await;
     let alice = Owner::new("alice");
     let ttl = Duration::from_secs(60);
     store

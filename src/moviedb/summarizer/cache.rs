@@ -244,7 +244,7 @@ impl RedisSummaries {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     use super::*;
 
@@ -359,9 +359,19 @@ mod tests {
         let cache = SummaryCache::in_process();
         let key = SummaryKey::new(3, "m", &[]);
         let started = AtomicUsize::new(0);
+        /// Says when the computation holding it is dropped.
+        struct Dropped(Arc<AtomicBool>);
+        impl Drop for Dropped {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(AtomicBool::new(false));
+        let guard = Dropped(dropped.clone());
         let abandoned = tokio::time::timeout(
             Duration::from_millis(50),
             cache.get_or_compute(&key, async {
+                let _guard = guard;
                 started.fetch_add(1, Ordering::SeqCst);
                 std::future::pending::<()>().await;
                 Ok((text("never"), Duration::from_secs(60)))
@@ -369,6 +379,10 @@ mod tests {
         )
         .await;
         assert!(abandoned.is_err(), "the pending computation never finishes");
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "the computation went with its caller, not on in the background"
+        );
         let got = cache
             .get_or_compute(&key, async { Ok((text("fresh"), Duration::from_secs(60))) })
             .await

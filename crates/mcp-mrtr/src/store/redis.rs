@@ -29,10 +29,10 @@ use super::{ContinuationId, ContinuationStore, Owner, SessionStore, StoreError};
 use crate::observe::{self, Held};
 
 /// The Lua that records `member` in the owner's index `index` with a deadline `ARGV[2]` ms from
-/// now, drops what has expired, runs `evict` on each of the owner's earliest entries beyond its
-/// share `ARGV[3]` (`earliest[i]`), and returns them. Scored by deadline in microseconds, so
-/// entries written in the same millisecond keep their order.
-fn index_within_share(index: &str, member: &str, evict: &str) -> String {
+/// now, then runs `added`, drops what has expired, runs `evict` on each of the owner's earliest
+/// entries beyond its share `ARGV[3]` (`earliest[i]`), and returns them. Scored by deadline in
+/// microseconds, so entries written in the same millisecond keep their order.
+fn index_within_share(index: &str, member: &str, added: &str, evict: &str) -> String {
     format!(
         r"
 local clock = redis.call('TIME')
@@ -40,6 +40,7 @@ local now = clock[1] * 1000000 + clock[2]
 -- Written out whole: Lua's default number format keeps only 14 digits.
 local deadline = string.format('%.0f', now + tonumber(ARGV[2]) * 1000)
 redis.call('ZADD', {index}, deadline, {member})
+{added}
 redis.call('ZREMRANGEBYSCORE', {index}, '-inf', string.format('%.0f', now))
 local evicted = {{}}
 local over = redis.call('ZCARD', {index}) - tonumber(ARGV[3])
@@ -62,7 +63,7 @@ return evicted
 /// Adds `ARGV[1]` to the owner's index `KEYS[1]` and returns the entries evicted past the share,
 /// which the caller deletes (on a cluster, where the entries live on other nodes).
 fn index_script() -> redis::Script {
-    redis::Script::new(&index_within_share("KEYS[1]", "ARGV[1]", ""))
+    redis::Script::new(&index_within_share("KEYS[1]", "ARGV[1]", "", ""))
 }
 
 /// On a single Redis (or Valkey) server, where a script may touch keys it did not declare:
@@ -70,11 +71,12 @@ fn index_script() -> redis::Script {
 /// `KEYS[2]`, deletes the entries evicted past the share and returns those that were still
 /// there. One command per write instead of three.
 fn put_script() -> redis::Script {
+    // Written after the index entry: a script stopped by an error keeps what it already wrote,
+    // so an index Redis refuses (a key of another type) must stop it before the entry exists.
     let put = "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])";
     // Only what was still there is returned: an entry already taken needs no more accounting.
     let evict = "if redis.call('DEL', earliest[i]) == 0 then evicted[#evicted] = nil end";
-    let index = index_within_share("KEYS[2]", "KEYS[1]", evict);
-    redis::Script::new(&format!("{put}{index}"))
+    redis::Script::new(&index_within_share("KEYS[2]", "KEYS[1]", put, evict))
 }
 
 /// Creates task record `KEYS[1]` (a hash: version `v`, record `r`) to live `ARGV[2]` ms.
@@ -321,8 +323,18 @@ impl ContinuationStore for RedisStore {
         let owner_key = self.owner_key("continuations", owner);
         let hex = id.to_hex();
         let counting = self.live.as_ref().map(|l| l.continuations.add(&hex, ttl));
-        let parking = self.put_within_share(self.key(&hex), owner_key, payload, ttl);
-        self.counted(parking, counting).await
+        let key = self.key(&hex);
+        let parking = self.put_within_share(key.clone(), owner_key, payload, ttl);
+        let parked = self.counted(parking, counting).await;
+        if parked.is_err() {
+            // The entry may be written though the put failed (a cluster writes it apart from its
+            // index entry; a timeout does not say whether the script ran). No state will name
+            // it, so it goes now rather than count as held until its time to live (best effort).
+            let deleting = redis::cmd("DEL").arg(&key).clone();
+            let uncounting = self.live.as_ref().map(|l| l.continuations.remove(&hex));
+            let _ = self.counted(self.run::<()>(&deleting), uncounting).await;
+        }
+        parked
     }
 
     async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {

@@ -59,6 +59,13 @@ async fn a_zero_idle_timeout_keeps_connections_open_for_the_shortest_one_allowed
         second.starts_with("HTTP/1.1 200 OK"),
         "the kept-alive connection still carries a request: {second}"
     );
+    // Left idle, it is closed all the same: the timeout is short, not off.
+    let mut rest = [0u8; 64];
+    let closed = tokio::time::timeout(MIN_IDLE_TIMEOUT * 4, stream.read(&mut rest)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0))),
+        "the idle connection is closed after the shortest timeout: {closed:?}"
+    );
 
     drain.begin();
     drop(stream);

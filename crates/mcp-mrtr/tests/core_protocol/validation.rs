@@ -568,23 +568,24 @@ async fn requests_beyond_the_concurrency_cap_wait_then_get_503_with_retry_after(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let asked = tokio::time::Instant::now();
     let busy = client.call_tool("simple_text", json!({})).await;
     assert_eq!(busy.status.as_u16(), 503, "{}", busy.body_text());
     assert_eq!(busy.header("retry-after"), Some("1"));
     assert_eq!(busy.error_code(), -32603, "{}", busy.body_text());
+    assert!(
+        asked.elapsed() >= mcp_mrtr::transport::BUSY_WAIT * 9 / 10,
+        "the 503 came after waiting for a turn, not at once: {:?}",
+        asked.elapsed()
+    );
 
-    // Once the slow call is gone (its client gave up), the turn is free again.
+    // A call waiting for its turn gets it when the slow call is gone (its client gave up).
+    let queued_client = client.clone();
+    let queued =
+        tokio::spawn(async move { queued_client.call_tool("simple_text", json!({})).await });
+    tokio::time::sleep(mcp_mrtr::transport::BUSY_WAIT / 10).await;
     slow.abort();
-    let freed = tokio::time::Instant::now();
-    loop {
-        let reply = client.call_tool("simple_text", json!({})).await;
-        if reply.status.as_u16() == 200 {
-            assert_eq!(reply.text(), "simple text");
-            break;
-        }
-        assert!(
-            freed.elapsed() < Duration::from_secs(10),
-            "the turn came back"
-        );
-    }
+    let reply = queued.await.expect("the queued call");
+    assert_eq!(reply.status.as_u16(), 200, "{}", reply.body_text());
+    assert_eq!(reply.text(), "simple text");
 }

@@ -161,3 +161,30 @@ pub async fn flood_and_take_back(
     }
     left
 }
+
+/// Has an owner whose index of continuations Redis cannot add to park one: `clobber` is given the
+/// index's key (named as the store names it: the owner's SHA-256, 12 bytes in hex, under
+/// `prefix`) and turns it into a plain string, as an operator's mistake or a key clash would.
+/// The put fails, and no entry is left behind for a state nobody was given. Returns the key.
+pub async fn a_put_refused_half_way_leaves_nothing(
+    store: &impl mcp_mrtr::store::ContinuationStore,
+    prefix: &str,
+    clobber: impl FnOnce(&str),
+) -> String {
+    use mcp_mrtr::store::{ContinuationId, Owner};
+    use sha2::{Digest, Sha256};
+    let owner = Owner::new("user:clobbered");
+    let digest = Sha256::digest(owner.as_str().as_bytes());
+    let index = format!("{prefix}owner:continuations:{}", hex::encode(&digest[..12]));
+    clobber(&index);
+    let id = ContinuationId::random();
+    let ttl = Duration::from_secs(60);
+    let refused = store.put(&owner, id, b"half".to_vec(), ttl).await;
+    assert!(refused.is_err(), "Redis refuses the index: {refused:?}");
+    assert_eq!(
+        store.take(id).await.expect("take"),
+        None,
+        "no entry is left behind"
+    );
+    index
+}
