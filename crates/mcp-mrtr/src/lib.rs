@@ -40,7 +40,7 @@
 //!         "required": ["count"]
 //!     });
 //!     let count = match ctx.elicit("count", "How many?", form).await? {
-//!         Elicitation::Accepted(answer) => answer["count"].as_u64().unwrap_or(1),
+//!         Elicitation::Accepted(answer) => answer.get("count").and_then(|n| n.as_u64()).unwrap_or(1),
 //!         _ => 1, // declined, cancelled, or a client that cannot show forms
 //!     };
 //!     Ok(CallToolResult::text(format!("Ordered {count} × {}", order.item)))

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use crate::auth::Authenticator;
 use crate::mrtr::{Engine, StateSealer};
 use crate::registry::Registry;
-use crate::server::{Events, Server, ServerInfo, TaskConfig};
+use crate::server::{CachePolicy, Events, Server, ServerInfo, TaskConfig};
 use crate::store::{
     ContinuationStore, DEFAULT_SWEEP_EVERY, MemoryStore, MemoryTaskStore, RedisEventRelay,
     RedisStore, RedisStoreConfig, SessionStore, TaskStore,
@@ -31,10 +31,13 @@ pub struct Settings {
     pub state_keys: Option<String>,
     /// How long a client has to answer a round before its requestState expires.
     pub state_ttl: Duration,
-    /// Most continuations (and, apart, sessions) kept in memory at once.
+    /// Most continuations (and, apart, sessions and tasks) kept in memory at once. Full, the
+    /// continuation and session stores evict their oldest entries; the task store refuses new
+    /// tasks, since a task is a promise to a client.
     pub memory_capacity: u64,
-    /// Most continuations (and, apart, sessions) one owner holds at once, in memory or in Redis:
-    /// a signed-in principal, or an anonymous caller's address.
+    /// Most continuations (and, apart, sessions and tasks) one owner holds at once, in memory or
+    /// in Redis: a signed-in principal, or an anonymous caller's address. Past it, the owner's
+    /// own oldest go.
     pub share_per_owner: u64,
     /// The shared store of replicas; in memory when `None`.
     pub redis: Option<RedisStoreConfig>,
@@ -57,7 +60,8 @@ pub struct Settings {
     pub header_read_timeout: Duration,
     /// Longest a connection may stay open with nothing to do; at least one second.
     pub idle_timeout: Duration,
-    /// Most connections open at once; `None` for as many as the open-file limit allows.
+    /// Most connections open at once; `None` for as many as the open-file limit allows (less
+    /// 128 for everything else the process opens), at most 10,000.
     pub max_connections: Option<usize>,
     /// On shutdown, how long requests being served may take to finish.
     pub shutdown_grace: Duration,
@@ -77,6 +81,8 @@ pub struct Settings {
     pub legacy_session_max: Duration,
     /// Tasks (extension `io.modelcontextprotocol/tasks`): time-to-live, poll interval, lease.
     pub tasks: TaskSettings,
+    /// How long clients may reuse discovery, lists and resource reads (`ttlMs`).
+    pub cache: CachePolicy,
 }
 
 impl Default for Settings {
@@ -105,6 +111,7 @@ impl Default for Settings {
             legacy_session_idle: Duration::from_secs(3600),
             legacy_session_max: Duration::from_secs(24 * 3600),
             tasks: TaskSettings::default(),
+            cache: CachePolicy::default(),
         }
     }
 }
@@ -207,6 +214,7 @@ pub async fn router(
         engine(settings, stores.continuations)?,
         info,
         events,
+        settings.cache,
         Some(TaskConfig {
             store: stores.tasks,
             settings: settings.tasks.clone(),

@@ -22,20 +22,28 @@ impl Conversation {
             .unwrap_or_else(|| unreachable!("a conversation has at least one round"))
     }
 
-    /// The `inputRequests` keys each round asked, in order (empty for the last).
+    /// The `inputRequests` keys each round asked, in order (empty for the last, and for a
+    /// round answered with an error).
     pub fn questions(&self) -> Vec<Vec<String>> {
         self.rounds
             .iter()
-            .map(|reply| match reply.result_type() {
-                "input_required" => reply.input_requests().keys().cloned().collect(),
-                _ => Vec::new(),
+            .map(|reply| {
+                let result_type = reply
+                    .response()
+                    .get("result")
+                    .and_then(|r| r.get("resultType"));
+                match result_type.and_then(Value::as_str) {
+                    Some("input_required") => reply.input_requests().keys().cloned().collect(),
+                    _ => Vec::new(),
+                }
             })
             .collect()
     }
 }
 
-/// Answers from a JSON object of `inputResponses` by key; a question without one is answered
-/// with `null`, which a server treats as no answer.
+/// Answers from a JSON object of `inputResponses` by key. A question without one is answered
+/// with `null`, which is not an answer: the server refuses the retry (-32602), and the
+/// conversation ends with that error.
 pub fn canned(answers: Value) -> impl FnMut(&str, &Value) -> Value {
     move |key, _| answers.get(key).cloned().unwrap_or(Value::Null)
 }

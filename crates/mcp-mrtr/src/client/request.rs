@@ -219,8 +219,9 @@ impl<'c> RpcRequest<'c> {
             .unwrap_or_else(|e| panic!("POST {} {} failed: {e}", self.client.url, self.method))
     }
 
-    /// Sends the request and reads the whole response. Every message in it is validated against
-    /// the schema.
+    /// Sends the request and reads the whole response. Every message in it goes to the client's
+    /// observer ([`Client::observe`](super::Client::observe)), and a tool's structured content is
+    /// checked against the tool's `outputSchema`.
     pub async fn send(self) -> Reply {
         let tool = match self.method.as_str() {
             m if m == Method::ToolsCall.as_str() => self.params.get("name").and_then(Value::as_str),

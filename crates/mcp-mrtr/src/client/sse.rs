@@ -75,8 +75,8 @@ impl EventStream {
             .unwrap_or_default()
     }
 
-    /// The next message, validated against the schema; `None` when the stream ended or nothing
-    /// arrived within `within`.
+    /// The next message, passed to the client's observer first; `None` when the stream ended or
+    /// nothing arrived within `within`.
     pub async fn next_message(&mut self, within: Duration) -> Option<Value> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
@@ -93,7 +93,7 @@ impl EventStream {
     }
 
     /// Whether the server ends the stream within `within`; messages still arriving are read and
-    /// dropped (validated as any other).
+    /// dropped (passed to the observer as any other).
     pub async fn ends_within(&mut self, within: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + within;
         loop {

@@ -2,7 +2,7 @@
 //! questions to, and the [`Answers`] that come back.
 //!
 //! The handler API is the same in both eras; only the asker differs. Under 2026-07-28 the
-//! [`Rounds`](super::rounds::Rounds) asker ends the call with `input_required` and finds the
+//! rounds asker (the engine's own) ends the call with `input_required` and finds the
 //! answers on the retry; under a 2025-11-25 session a live peer (in the `legacy` module) sends
 //! each question as a server-initiated request and waits for the answer.
 

@@ -22,7 +22,8 @@ use crate::protocol::{ClientCapabilities, LogLevel, ProtocolError, RequestMeta};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskMode {
     /// No task can be created: the client did not declare the extension, the server keeps no
-    /// tasks, or the request came in a 2025-11-25 session.
+    /// tasks, the request came in a 2025-11-25 session, or the handler is not a tool's (tasks
+    /// carry `tools/call` results only).
     Unavailable,
     /// The client accepts a task in answer to this request.
     Available,
@@ -88,7 +89,8 @@ impl RequestContext {
         &self.inner.meta
     }
 
-    /// Fails with -32021 unless the client declared `capability` on this request.
+    /// Fails with -32021 unless the client declared `capability` on this request: one of
+    /// `"elicitation"` (form or URL mode), `"sampling"` or `"roots"`; any other name fails.
     pub fn require(&self, capability: &str) -> Result<(), ProtocolError> {
         let caps = self.capabilities();
         let declared = match capability {
@@ -117,7 +119,8 @@ impl RequestContext {
     }
 
     /// Like [`continue_as_task`](Self::continue_as_task) for work that can only run as a task:
-    /// a client that cannot take one gets -32021 naming the Tasks extension.
+    /// a client that cannot take one gets -32021 naming the Tasks extension, and so does every
+    /// client when the handler is a prompt's or a resource's (see [`TaskMode::Unavailable`]).
     pub fn require_task(&self) -> Result<(), HandlerError> {
         match self.inner.tasks {
             TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new())),

@@ -151,13 +151,21 @@ impl CallToolResult {
         }
     }
 
-    /// Structured content, mirrored as JSON text for clients that only read `content`.
+    /// Structured content, mirrored as JSON text for clients that only read `content`. A value
+    /// serde_json cannot write (a map with keys that are not strings, a `Serialize` that fails)
+    /// is a bug of the tool's: it is logged, and the result is a tool error saying the result
+    /// could not be written, rather than content that breaks the tool's `outputSchema`.
     pub fn structured<T: Serialize>(value: &T) -> Self {
         // Written once, as text: building a `Value` tree first and writing it twice cost a
         // result-heavy tool a fifth of its CPU. `to_raw_value` keeps what serde_json wrote
         // without parsing it again (`RawValue::from_string` would: 5 % of a recommend call's CPU).
-        let structured =
-            serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawValue::NULL.to_owned());
+        let structured = match serde_json::value::to_raw_value(value) {
+            Ok(structured) => structured,
+            Err(error) => {
+                tracing::error!("a tool's structured result cannot be written as JSON: {error}");
+                return Self::error("The tool's result could not be written as JSON.");
+            }
+        };
         Self {
             content: vec![Content::text(structured.get())],
             structured_content: Some(structured),
@@ -200,4 +208,25 @@ pub struct GetPromptResult {
 pub struct ReadResourceResult {
     /// The resource's contents; a URI may expand to several entries.
     pub contents: Vec<ResourceContents>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    #[test]
+    fn a_value_json_cannot_hold_is_a_tool_error_not_null_content() {
+        // serde_json writes only strings and numbers as map keys.
+        let unwritable: HashMap<(u8, u8), u8> = HashMap::from([((1, 2), 3)]);
+        let failed = CallToolResult::structured(&unwritable);
+        assert!(failed.is_error);
+        assert!(failed.structured_content.is_none());
+
+        let written = CallToolResult::structured(&HashMap::from([("a", 1)]));
+        assert!(!written.is_error);
+        let text = written.structured_content.as_deref().map(RawValue::get);
+        assert_eq!(text, Some(r#"{"a":1}"#));
+    }
 }

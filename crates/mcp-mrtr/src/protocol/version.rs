@@ -1,6 +1,8 @@
 //! Protocol revisions this server speaks, and the names of the `_meta` keys they use.
 
-/// The modern, stateless revision served on every request that carries `_meta`.
+/// The modern, stateless revision, served on every request outside a legacy session whose
+/// `_meta` carries one of its `io.modelcontextprotocol/…` keys, or whose `MCP-Protocol-Version`
+/// header names a revision that is not a legacy one.
 pub const MODERN: &str = "2026-07-28";
 
 /// Revisions whose clients open a session with `initialize` (served by the `legacy` feature).
@@ -24,7 +26,7 @@ pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 /// `_meta` key carrying the least severe log level the client wants sent for this request.
 pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
-/// `_meta` key under which `server/discover` reports the server's name and version.
+/// `_meta` key under which every 2026-07-28 result reports the server's name and version.
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// `_meta` key tagging each `subscriptions/listen` frame with the subscription it belongs to.
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";

@@ -39,7 +39,7 @@ pub struct ServerInfo {
     pub instructions: Option<String>,
 }
 
-/// Freshness hints on cacheable results (`ttlMs`).
+/// Freshness hints on cacheable results (`ttlMs`), set with [`Settings::cache`](crate::service::Settings::cache).
 #[derive(Debug, Clone, Copy)]
 pub struct CachePolicy {
     /// `ttlMs` on `server/discover` results.
@@ -106,12 +106,14 @@ pub struct TaskConfig {
 
 impl Server {
     /// A server over `registry` that runs MRTR handlers with `engine`, reports `info` in discovery,
-    /// and publishes change events through `events`. With `tasks`, it offers the Tasks extension.
+    /// publishes change events through `events` and marks cacheable results as `cache` says.
+    /// With `tasks`, it offers the Tasks extension.
     pub fn new(
         registry: Registry,
         engine: Engine,
         info: ServerInfo,
         events: Events,
+        cache: CachePolicy,
         tasks: Option<TaskConfig>,
     ) -> Arc<Self> {
         let registry = Arc::new(registry);
@@ -138,7 +140,7 @@ impl Server {
             result_meta: ResultMeta::new(&info.name, &info.version),
             info,
             events,
-            cache: CachePolicy::default(),
+            cache,
             tasks,
         })
     }

@@ -77,8 +77,8 @@ pub struct ConnectionLimits {
     pub shutdown_grace: Duration,
 }
 
-/// The most connections this process can hold: `wanted` when given, but always below the
-/// open-file limit (raised to its hard maximum first) less [`RESERVED_DESCRIPTORS`].
+/// The most connections this process can hold: `wanted` when given, otherwise 10,000; always
+/// below the open-file limit (raised to its hard maximum first) less [`RESERVED_DESCRIPTORS`].
 pub fn max_connections(wanted: Option<usize>) -> usize {
     let limit = raise_open_file_limit();
     let fits = usize::try_from(limit.saturating_sub(RESERVED_DESCRIPTORS))

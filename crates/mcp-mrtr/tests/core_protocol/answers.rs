@@ -151,3 +151,26 @@ async fn answers_under_the_wrong_key_get_the_question_again() {
     assert_eq!(reply.result_type(), "input_required");
     assert!(reply.input_requests().contains_key("user_name"));
 }
+
+/// The test client's `canned` answers a question it has no answer for with `null`: the server
+/// refuses that retry, and the conversation ends with the error, its rounds still readable.
+#[tokio::test]
+async fn a_canned_conversation_without_an_answer_ends_with_the_refusal() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let talk = client
+        .converse("greet", json!({}), mcp_mrtr::client::canned(json!({})))
+        .await;
+    assert_eq!(talk.rounds.len(), 2);
+    assert_eq!(
+        talk.last().error_code(),
+        -32602,
+        "{}",
+        talk.last().body_text()
+    );
+    assert_eq!(
+        talk.questions(),
+        [vec!["user_name".to_owned()], Vec::new()],
+        "the refused round asked nothing"
+    );
+}

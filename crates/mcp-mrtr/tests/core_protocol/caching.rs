@@ -1,8 +1,9 @@
 //! Caching hints on cacheable results, a stable `tools/list` order, and none on `input_required`.
 
+use mcp_mrtr::server::CachePolicy;
 use serde_json::json;
 
-use crate::support::{LISTED_TOOLS, Reply, TestServer};
+use crate::support::{LISTED_TOOLS, Reply, ServerOptions, TestServer};
 
 fn assert_cache_hints(reply: &Reply) {
     let result = reply.result();
@@ -43,6 +44,44 @@ async fn cacheable_results_carry_ttl_and_scope() {
         assert_cache_hints(&read);
         assert_eq!(read.result()["contents"][0]["uri"], uri);
     }
+}
+
+#[tokio::test]
+async fn the_servers_cache_policy_sets_each_kind_of_results_ttl() {
+    let cache = CachePolicy {
+        discover_ttl_ms: 1_234,
+        list_ttl_ms: 5_678,
+        read_ttl_ms: 9,
+    };
+    let server = TestServer::start_with(ServerOptions {
+        cache,
+        ..ServerOptions::default()
+    })
+    .await;
+    let client = server.client();
+    let ttl = |reply: &Reply| reply.result()["ttlMs"].as_u64();
+    assert_eq!(
+        ttl(&client.request("server/discover").send().await),
+        Some(1_234)
+    );
+    for method in [
+        "tools/list",
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+    ] {
+        assert_eq!(
+            ttl(&client.request(method).send().await),
+            Some(5_678),
+            "{method}"
+        );
+    }
+    let read = client
+        .request("resources/read")
+        .params(json!({"uri": "test://static-text"}))
+        .send()
+        .await;
+    assert_eq!(ttl(&read), Some(9));
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use mcp_mrtr::auth::{AuthError, Authenticator, Caller, Principal};
 use mcp_mrtr::mrtr::StateSealer;
-use mcp_mrtr::server::{Events, ServerInfo};
+use mcp_mrtr::server::{CachePolicy, Events, ServerInfo};
 use mcp_mrtr::service::{self, MCP_PATH, Settings};
 use mcp_mrtr::store::RedisStoreConfig;
 use tokio::sync::oneshot;
@@ -49,6 +49,8 @@ pub struct ServerOptions {
     pub legacy_request_timeout_secs: u64,
     /// Most requests handled at once.
     pub max_concurrent_requests: usize,
+    /// The `ttlMs` of cacheable results.
+    pub cache: CachePolicy,
 }
 
 impl Default for ServerOptions {
@@ -62,6 +64,7 @@ impl Default for ServerOptions {
             state_keys: None,
             legacy_request_timeout_secs: 20,
             max_concurrent_requests: 512,
+            cache: CachePolicy::default(),
         }
     }
 }
@@ -131,6 +134,7 @@ impl TestServer {
             legacy_request_timeout: Duration::from_secs(options.legacy_request_timeout_secs),
             legacy_session_idle: Duration::from_secs(3600),
             legacy_session_max: Duration::from_secs(24 * 3600),
+            cache: options.cache,
             ..Settings::default()
         };
         let info = ServerInfo {
