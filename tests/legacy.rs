@@ -672,6 +672,18 @@ mod movies {
             "the client's summary is cached, no second question"
         );
 
+        // Another user's model is asked for its own words: di's are never served to her.
+        let other = legacy_session(&mut replicas, 1, "eve", json!({"sampling": {}})).await;
+        let mut hers = other
+            .start_call("summarizeMovieReviews", json!({"movieId": "5"}))
+            .await;
+        let request = hers.next_server_request().await;
+        assert_eq!(request["method"], "sampling/createMessage", "{request}");
+        let reply = json!({"role": "assistant", "content": {"type": "text", "text": "SUMMARY: Eve's own verdict.\nTHEMES: eve"}, "model": "eve-model"});
+        other.answer(&request["id"], reply).await;
+        let own = hers.response().await;
+        assert_eq!(structured(&own)["summary"], "Eve's own verdict.");
+
         let counts_only = client
             .request(
                 "tools/call",

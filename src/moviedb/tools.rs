@@ -245,6 +245,10 @@ impl LentModel for ClientModel<'_> {
             _ => None,
         }
     }
+
+    fn lender(&self) -> Option<String> {
+        self.0.principal().user().map(str::to_owned)
+    }
 }
 
 async fn add_to_watchlist(

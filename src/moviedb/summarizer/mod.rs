@@ -50,6 +50,10 @@ pub trait LentModel: Send + Sync {
     /// Completes `prompt` under `instructions`; `None` when the client refused, failed or did not
     /// answer in time.
     async fn complete(&self, instructions: &str, prompt: &str, max_tokens: u32) -> Option<String>;
+
+    /// Whose model it is: what it writes is kept for that caller alone. `None` for a caller who
+    /// cannot be told from others (anonymous): nothing it writes is kept.
+    fn lender(&self) -> Option<String>;
 }
 
 /// The cache's name for summaries written by a client's model.
@@ -180,41 +184,52 @@ impl Summarizer {
         })
     }
 
-    /// The client's model's words for these reviews, cached like the provider's; when the client
-    /// gives none, the provider's (or the server's) words, cached briefly.
+    /// The client's model's words for these reviews, cached like the provider's but for that
+    /// client alone: a client's model may write anything, and it is never served to another
+    /// caller. When the client gives none, the provider's (or the server's) words, cached
+    /// briefly. An anonymous lender's words are not cached.
     async fn lent_text(
         &self,
         movie_id: i64,
         reviews: &[Review],
         model: &dyn LentModel,
     ) -> anyhow::Result<SummaryText> {
-        let key = SummaryKey::new(movie_id, LENT_MODEL, reviews);
-        self.cache
-            .get_or_compute(&key, async {
-                let prompt = provider::prompt(movie_id, reviews);
-                match model
-                    .complete(provider::INSTRUCTIONS, &prompt, LENT_MODEL_MAX_TOKENS)
-                    .await
-                {
-                    Some(answer) => Ok((provider::parse_answer(&answer), self.lifetimes.provider)),
-                    None => {
-                        tracing::info!(
-                            movie_id,
-                            "the client's model gave no summary; falling back"
-                        );
-                        let text = match &self.provider {
-                            Some(provider) => {
-                                let key = SummaryKey::new(movie_id, provider.model(), reviews);
-                                self.provider_text(provider, &key, movie_id, reviews)
-                                    .await?
-                            }
-                            None => server_text(reviews),
-                        };
-                        Ok((text, self.lifetimes.fallback))
-                    }
-                }
-            })
+        let words = self.lent_words(movie_id, reviews, model);
+        match model.lender() {
+            Some(lender) => {
+                let key = SummaryKey::new(movie_id, &format!("{LENT_MODEL}:{lender}"), reviews);
+                self.cache.get_or_compute(&key, words).await
+            }
+            None => Ok(words.await?.0),
+        }
+    }
+
+    /// What [`Self::lent_text`] writes, with how long it may be kept.
+    async fn lent_words(
+        &self,
+        movie_id: i64,
+        reviews: &[Review],
+        model: &dyn LentModel,
+    ) -> anyhow::Result<(SummaryText, std::time::Duration)> {
+        let prompt = provider::prompt(movie_id, reviews);
+        match model
+            .complete(provider::INSTRUCTIONS, &prompt, LENT_MODEL_MAX_TOKENS)
             .await
+        {
+            Some(answer) => Ok((provider::parse_answer(&answer), self.lifetimes.provider)),
+            None => {
+                tracing::info!(movie_id, "the client's model gave no summary; falling back");
+                let text = match &self.provider {
+                    Some(provider) => {
+                        let key = SummaryKey::new(movie_id, provider.model(), reviews);
+                        self.provider_text(provider, &key, movie_id, reviews)
+                            .await?
+                    }
+                    None => server_text(reviews),
+                };
+                Ok((text, self.lifetimes.fallback))
+            }
+        }
     }
 
     /// The provider's words for these reviews, cached under `key`; the server's when it fails.

@@ -32,6 +32,11 @@ const PROMPT_REVIEW_LIMIT: usize = 100;
 const PROMPT_COMMENT_LIMIT: usize = 1_000;
 /// Most themes kept from an answer.
 const MAX_THEMES: usize = 5;
+/// Longest summary sentence kept from an answer, in characters: a client's lent model may send
+/// anything, and what is kept is cached and sent on.
+const MAX_SUMMARY_CHARS: usize = 600;
+/// Longest theme kept from an answer, in characters.
+const MAX_THEME_CHARS: usize = 60;
 /// Longest provider message repeated in the log, in characters.
 const LOGGED_MESSAGE_LIMIT: usize = 200;
 
@@ -285,7 +290,7 @@ pub(super) fn parse_answer(answer: &str) -> SummaryText {
         if summary.is_none()
             && let Some(value) = after_label(line, "summary")
         {
-            summary = Some(value.to_owned()).filter(|s| !s.is_empty());
+            summary = Some(cut(value, MAX_SUMMARY_CHARS)).filter(|s| !s.is_empty());
         } else if themes.is_none()
             && let Some(value) = after_label(line, "themes")
         {
@@ -311,14 +316,21 @@ fn after_label<'a>(line: &'a str, label: &str) -> Option<&'a str> {
 /// Distinct, non-empty themes, at most five, in the model's order.
 fn split_themes(value: &str) -> Vec<String> {
     let mut themes: Vec<String> = Vec::new();
-    for theme in value.split(';').map(str::trim).filter(|t| !t.is_empty()) {
-        let theme = theme.trim_end_matches('.').trim();
-        if !theme.is_empty() && !themes.iter().any(|t| t.eq_ignore_ascii_case(theme)) {
-            themes.push(theme.to_owned());
+    for theme in value.split(';') {
+        let theme = cut(theme.trim().trim_end_matches('.').trim(), MAX_THEME_CHARS);
+        if !theme.is_empty() && !themes.iter().any(|t| t.eq_ignore_ascii_case(&theme)) {
+            themes.push(theme);
+            if themes.len() == MAX_THEMES {
+                break;
+            }
         }
     }
-    themes.truncate(MAX_THEMES);
     themes
+}
+
+/// The first `most` characters of `text`.
+fn cut(text: &str, most: usize) -> String {
+    text.chars().take(most).collect()
 }
 
 #[cfg(test)]
@@ -408,6 +420,20 @@ mod tests {
         assert_eq!(parse_answer("People mostly liked it."), text(None, &[]));
         assert_eq!(parse_answer("SUMMARY:\nTHEMES:"), text(None, &[]));
         assert_eq!(parse_answer("Summaryless: x"), text(None, &[]));
+    }
+
+    #[test]
+    fn an_overlong_summary_and_themes_are_cut() {
+        let answer = format!(
+            "SUMMARY: {}\nTHEMES: {}; short",
+            "é".repeat(100_000),
+            "t".repeat(500)
+        );
+        let parsed = parse_answer(&answer);
+        let summary = parsed.summary.unwrap_or_default();
+        assert_eq!(summary.chars().count(), MAX_SUMMARY_CHARS);
+        assert!(summary.chars().all(|c| c == 'é'));
+        assert_eq!(parsed.themes, ["t".repeat(MAX_THEME_CHARS), "short".into()]);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 use super::ask::{Answer, Answers, Asker, supports};
 use super::error::HandlerError;
 use super::notify::Notifier;
+use crate::protocol::error::excerpt;
 use crate::protocol::input::{Elicitation, InputRequest, Roots, Sampling};
 use crate::protocol::{ClientCapabilities, RequestId};
 
@@ -121,15 +122,16 @@ fn error_value(message: &str) -> Value {
     serde_json::json!({ "code": -32603, "message": message })
 }
 
-/// Why a server-initiated request gave no usable answer, for logs and `Failed` variants.
+/// Why a server-initiated request gave no usable answer, for logs and `Failed` variants: the
+/// client's message quoted by its first characters and its size, as any client-supplied text.
 fn reason(error: &Value) -> String {
     let message = error
         .get("message")
         .and_then(Value::as_str)
-        .unwrap_or("unknown error");
+        .map_or("unknown error".into(), excerpt);
     match error.get("code").and_then(Value::as_i64) {
         Some(code) => format!("{message} ({code})"),
-        None => message.to_owned(),
+        None => message.into_owned(),
     }
 }
 
@@ -188,5 +190,21 @@ fn interpret(key: &str, request: &InputRequest, answer: ClientAnswer) -> Answer 
             Err(e) => Answer::Roots(Roots::Failed(e.message)),
         },
         (InputRequest::ListRoots(_), Err(error)) => Answer::Roots(Roots::Failed(reason(&error))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clients_long_refusal_is_quoted_by_a_prefix_and_its_size() {
+        let long = "x".repeat(1_000_000);
+        let quoted = reason(&serde_json::json!({"code": -1, "message": long}));
+        assert!(quoted.starts_with("xxx"), "{quoted}");
+        assert!(quoted.ends_with("… (1000000 bytes) (-1)"), "{quoted}");
+        assert!(quoted.len() < 200, "{} bytes", quoted.len());
+        let short = reason(&serde_json::json!({"code": -1, "message": "User rejected sampling"}));
+        assert_eq!(short, "User rejected sampling (-1)");
     }
 }
