@@ -92,6 +92,16 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
 
+    /// Most long-lived streams (subscriptions/listen, 2025-11-25 GET) open at once; more get HTTP
+    /// 503. Default: half the connection cap, so requests always find connections.
+    #[arg(long, env = "MOVIEDB_MAX_STREAMS")]
+    pub max_streams: Option<usize>,
+
+    /// Most long-lived streams one caller (a signed-in user, or an anonymous address) holds open
+    /// at once; more get HTTP 429.
+    #[arg(long, env = "MOVIEDB_MAX_STREAMS_PER_CALLER", default_value_t = 16)]
+    pub max_streams_per_caller: usize,
+
     /// Seconds a client has to send a request's headers before its connection is closed.
     #[arg(long, env = "MOVIEDB_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
     pub header_read_timeout_secs: u64,
@@ -183,6 +193,8 @@ impl ServeArgs {
             header_read_timeout: Duration::from_secs(self.header_read_timeout_secs.max(1)),
             idle_timeout: Duration::from_secs(self.idle_timeout_secs.max(1)),
             max_connections: self.max_connections,
+            max_streams: self.max_streams,
+            max_streams_per_owner: self.max_streams_per_caller,
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
             legacy_request_timeout: Duration::from_secs(self.legacy_request_timeout_secs.max(1)),
             legacy_session_idle: Duration::from_secs(self.legacy_session_idle_secs.max(1)),

@@ -856,6 +856,171 @@ async fn a_quiet_listen_stream_outlives_the_idle_timeout() {
     );
 }
 
+/// A `subscriptions/listen` request for tool-list changes as `session`, its response opened.
+async fn listen_as(session: &support::movies::Session) -> support::EventStream {
+    session
+        .request("subscriptions/listen")
+        .params(json!({"notifications": {"toolsListChanged": true}}))
+        .open_stream()
+        .await
+}
+
+/// The value of the metric line starting with `series` in the server's `/metrics`.
+async fn metric(server: &MovieServer, series: &str) -> Option<f64> {
+    let url = server.url().replace("/mcp", "/metrics");
+    let text = http().get(url).send().await.ok()?.text().await.ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_streams_are_bounded_per_caller_and_in_all() {
+    let launch = Launch::with_args(["--max-streams", "3", "--max-streams-per-caller", "2"]);
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let anonymous = server.anonymous();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = listen_as(&anonymous).await;
+        assert_eq!(stream.status, 200, "a stream within the caller's share");
+        stream.expect_message(Duration::from_secs(10)).await;
+        held.push(stream);
+    }
+    let third = listen_as(&anonymous).await;
+    assert_eq!(
+        third.status, 429,
+        "a third stream from the same address is refused"
+    );
+    // A 2025-11-25 session's GET stream counts against the same caller's share.
+    let legacy = open_session(server.url(), IpAddr::V4(Ipv4Addr::LOCALHOST))
+        .await
+        .expect("a legacy session");
+    let get = http()
+        .get(server.url())
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &legacy)
+        .header("mcp-protocol-version", LEGACY)
+        .send()
+        .await
+        .expect("the server answers");
+    assert_eq!(
+        get.status(),
+        429,
+        "the legacy GET past the share is refused"
+    );
+
+    let mut bobs = listen_as(&server.user("bob")).await;
+    assert_eq!(bobs.status, 200, "another caller has a share of its own");
+    bobs.expect_message(Duration::from_secs(10)).await;
+    let carol = server.user("carol");
+    let refused = listen_as(&carol).await;
+    assert_eq!(refused.status, 503, "past the server's three streams: busy");
+    assert_eq!(
+        refused
+            .headers
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("5")
+    );
+    let list = carol.request("tools/list").send().await;
+    assert!(
+        list.result().get("tools").is_some(),
+        "requests are still served while streams are at their cap: {}",
+        list.body_text()
+    );
+    assert_eq!(metric(&server, "mcp_streams_open ").await, Some(3.0));
+
+    // Once one of them ends, carol's stream has room.
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut carols = loop {
+        let stream = listen_as(&carol).await;
+        if stream.status == 200 || Instant::now() > deadline {
+            break stream;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(carols.status, 200, "room again once a stream closed");
+    carols.expect_message(Duration::from_secs(10)).await;
+    let by_owner = metric(&server, "mcp_streams_refused_total{reason=\"owner\"} ").await;
+    let by_server = metric(&server, "mcp_streams_refused_total{reason=\"server\"} ").await;
+    println!(
+        "listen streams, cap 3 in all and 2 per caller: refused past the caller's share {} \
+         times (429), past the server's {} times (503)",
+        by_owner.unwrap_or_default(),
+        by_server.unwrap_or_default()
+    );
+    assert_eq!(by_owner, Some(2.0), "the third listen and the legacy GET");
+    assert!(by_server.is_some_and(|refused| refused >= 1.0));
+}
+
+/// Lines of `log` saying `what`, and the sum of their `held_back` counts.
+fn lines_and_held_back(log: &str, what: &str) -> (u64, u64) {
+    let lines: Vec<&str> = log.lines().filter(|line| line.contains(what)).collect();
+    let held_back = lines
+        .iter()
+        .filter_map(|line| line.split("held_back=").nth(1))
+        .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .filter_map(|count| count.parse::<u64>().ok())
+        .sum();
+    (lines.len() as u64, held_back)
+}
+
+/// A `tools/list` with a foreign `Origin`, refused with 403.
+async fn from_foreign_origin(http: &reqwest::Client, url: &str, n: usize) -> u16 {
+    http.post(url)
+        .header("origin", format!("http://evil-{n}.example"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "tools/list")
+        .body(tools_list_body())
+        .send()
+        .await
+        .map_or(0, |response| response.status().as_u16())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refused_origins_writes_a_few_log_lines_that_count_the_rest() {
+    use futures::StreamExt as _;
+    let server = MovieServer::start(Backend::Sqlite).await;
+    let (http, url) = (http(), server.url().to_owned());
+    let started = Instant::now();
+    let statuses: Vec<u16> = futures::stream::iter(0..2_000)
+        .map(|n| {
+            let (http, url) = (http.clone(), url.clone());
+            async move { from_foreign_origin(&http, &url, n).await }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let took = started.elapsed();
+    assert!(statuses.iter().all(|status| *status == 403), "all refused");
+    // A second later, one more: its line counts those held back since the last one written.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(from_foreign_origin(&http, &url, 2_000).await, 403);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (lines, held_back) = loop {
+        let (lines, held_back) = lines_and_held_back(&server.log(), "refused request");
+        if lines + held_back >= 2_001 || Instant::now() > deadline {
+            break (lines, held_back);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!(
+        "2,001 requests from foreign origins in {took:.1?} (+1 s): {lines} log lines, which \
+         count {held_back} more held back"
+    );
+    assert_eq!(
+        lines + held_back,
+        2_001,
+        "every refusal is written or counted"
+    );
+    assert!(
+        lines <= 5 * (took.as_secs() + 3),
+        "at most five lines a second: {lines} in {took:.1?}"
+    );
+}
+
 /// Starts `count` addToWatchlist conversations as `session`, returning their request states.
 async fn first_rounds(session: &support::movies::Session, count: usize) -> Vec<String> {
     let mut states = Vec::new();

@@ -605,6 +605,64 @@ mod movies {
         );
     }
 
+    /// Every message the replicas publish on their answer relay, as Redis delivers it.
+    async fn relay_listener(
+        replicas: &Replicas,
+    ) -> std::pin::Pin<Box<dyn futures::Stream<Item = Value> + Send>> {
+        let client = redis::Client::open(shared_redis_url()).expect("the Redis URL");
+        let mut pubsub = client.get_async_pubsub().await.expect("a Redis subscriber");
+        let channel = format!("{}answers", replicas.settings.redis_prefix);
+        pubsub.subscribe(&channel).await.expect("subscribed");
+        Box::pin(futures::StreamExt::map(
+            pubsub.into_on_message(),
+            |message| serde_json::from_slice(message.get_payload_bytes()).expect("a JSON answer"),
+        ))
+    }
+
+    #[tokio::test]
+    async fn only_answers_to_the_servers_own_questions_are_relayed() {
+        let mut replicas = replicas().await;
+        let mut relayed = relay_listener(&replicas).await;
+        let on_first = legacy_session(&mut replicas, 1, "dee", json!({"elicitation": {}})).await;
+        let on_second = on_first.at(replicas.replica(2).url());
+        // Responses to questions nobody asked: taken (202) and dropped, not sent to every replica.
+        let watched = json!({"action": "accept", "content": {"status": "WATCHED"}});
+        for stray in [json!("made-up"), json!(42), json!("server-watched-0123")] {
+            assert_eq!(on_second.answer(&stray, watched.clone()).await, 202);
+        }
+        // An answer to a real question, but larger than any form's: not relayed either, so the
+        // call waiting on the first replica takes its fallback when its 2 s are up.
+        let mut call = on_first
+            .start_call("addToWatchlist", json!({"subject": {"movieId": "6"}}))
+            .await;
+        let question = call.next_server_request().await;
+        let padded = json!({"action": "accept", "content": {"status": "WATCHED", "note": "x".repeat(100_000)}});
+        assert_eq!(on_second.answer(&question["id"], padded).await, 202);
+        assert_eq!(
+            structured(&call.response().await)["status"],
+            "WANT_TO_WATCH"
+        );
+
+        let mut call = on_first
+            .start_call("addToWatchlist", json!({"subject": {"movieId": "7"}}))
+            .await;
+        let question = call.next_server_request().await;
+        assert_eq!(on_second.answer(&question["id"], watched).await, 202);
+        assert_eq!(structured(&call.response().await)["status"], "WATCHED");
+        // The relay carried that answer, and nothing before it.
+        let first_relayed = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            futures::StreamExt::next(&mut relayed),
+        )
+        .await
+        .expect("an answer was relayed")
+        .expect("the subscription is open");
+        assert_eq!(
+            first_relayed["id"], question["id"],
+            "the first message on the relay: {first_relayed}"
+        );
+    }
+
     #[tokio::test]
     async fn the_summary_borrows_the_clients_model_and_falls_back_without_it() {
         let mut replicas = replicas().await;

@@ -147,6 +147,20 @@ async fn sigterm_finishes_a_streamed_call_ends_listen_streams_and_exits_cleanly(
             .is_ok(),
         "new connections are refused soon after readiness says draining"
     );
+    // The spec's graceful closure: the listen request's own response, then the end.
+    let closing = listen.expect_message(PATIENCE).await;
+    assert_eq!(
+        (&closing["id"], &closing["result"]["resultType"]),
+        (
+            listen.request_id.as_ref().expect("an id"),
+            &json!("complete")
+        ),
+        "the listen stream ends with the response to its request: {closing}"
+    );
+    assert_eq!(
+        closing["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"], closing["id"],
+        "tagged with its subscription: {closing}"
+    );
     assert!(
         listen.ends_within(PATIENCE).await,
         "the listen stream ends cleanly, so its client reconnects elsewhere"

@@ -356,6 +356,39 @@ async fn concurrent_calls_for_one_movie_make_one_provider_call() {
 }
 
 #[tokio::test]
+async fn past_the_calls_allowed_at_once_a_summary_is_the_servers_own() {
+    let provider = FakeProvider::start(Answer::Held(WELL_FORMED.into())).await;
+    let mut flags = provider_flags(&provider.base_url());
+    flags.extend(["--llm-max-concurrent".into(), "1".into()]);
+    let server = Server::start(&flags).await;
+
+    let mut held = server.open_summary_stream(MOVIE, "first").await;
+    read_until_progress(&mut held, 0.4).await;
+    assert!(
+        provider.wait_until(PATIENCE, |p| p.call_count() >= 1).await,
+        "the provider is asked for the first movie"
+    );
+    // Another movie while the one call allowed is in flight: the server's words, after the wait.
+    let got = server.summarize(OTHER_MOVIE).await;
+    assert_eq!(
+        got,
+        server_side(OTHER_MOVIE, &server.reviews(OTHER_MOVIE).await)
+    );
+    assert_eq!(
+        provider.call_count(),
+        1,
+        "the provider never had two calls at once"
+    );
+    server.assert_one_fallback_line("busy: all 1 calls allowed at once");
+    provider.release();
+    assert_eq!(
+        read_result(&mut held).await["summary"],
+        json!("Reviewers adore its heart and its lead performances."),
+        "the call in flight gets the provider's answer"
+    );
+}
+
+#[tokio::test]
 async fn a_new_review_changes_the_next_summary_without_waiting_for_the_cache() {
     let provider = FakeProvider::start(Answer::Text(WELL_FORMED.into())).await;
     let server = Server::start(&provider_flags(&provider.base_url())).await;

@@ -194,6 +194,35 @@ async fn an_uncached_summary_is_a_task_whose_result_is_the_tools_usual_result() 
 }
 
 #[tokio::test]
+async fn a_call_too_large_to_keep_as_a_task_is_refused_and_nothing_runs() {
+    let provider = FakeProvider::start(Answer::Text(ANSWER.into())).await;
+    let server = movie_server(&provider, &[]).await;
+    let ivy = server.user("ivy");
+    // A client whose clientInfo alone would make a 100 KB task record in every replica's store.
+    let bulky = json!({"name": "bulky-client", "version": "1.0.0", "title": "x".repeat(100_000)});
+    let refused = ivy
+        .request("tools/call")
+        .params(json!({"name": "summarizeMovieReviews", "arguments": summarize_args()}))
+        .capabilities(taking_tasks())
+        .meta("io.modelcontextprotocol/clientInfo", bulky)
+        .send()
+        .await;
+    refused.assert_error(200, -32602);
+    assert!(
+        refused
+            .error_message()
+            .starts_with("This call is too large to keep as a task"),
+        "{}",
+        refused.body_text()
+    );
+    // The same call from an ordinary client is a task that runs: only it reaches the provider.
+    let created = summarize_as_task(&ivy).await;
+    let done = wait_for_task(&ivy, &task_id(&created), is_terminal).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(provider.call_count(), 1, "the refused call never ran");
+}
+
+#[tokio::test]
 async fn a_client_without_the_extension_gets_no_task_and_cannot_use_the_task_methods() {
     let provider = FakeProvider::start(Answer::Text(ANSWER.into())).await;
     let server = movie_server(&provider, &[]).await;

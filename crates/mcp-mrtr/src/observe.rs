@@ -106,6 +106,14 @@ pub fn enable() {
         "mcp_legacy_sessions_expired_total",
         "2025-11-25 sessions that expired unused or were evicted, by store"
     );
+    describe_gauge!(
+        "mcp_streams_open",
+        "Long-lived streams (subscriptions/listen, 2025-11-25 GET) open now on this replica"
+    );
+    describe_counter!(
+        "mcp_streams_refused_total",
+        "Long-lived streams refused, by reason (owner: past the caller's share, server: past the server's)"
+    );
     describe_counter!(
         "mcp_tasks_total",
         "Tasks created, and task status changes (input_required, completed, failed, cancelled)"
@@ -254,6 +262,23 @@ pub(crate) fn legacy_session(opened: bool) {
     } else {
         counter!("mcp_legacy_sessions_closed_total").increment(1);
     }
+}
+
+/// `mcp_streams_open`: long-lived streams open now on this replica.
+pub(crate) fn streams_open(count: usize) {
+    if !enabled() {
+        return;
+    }
+    gauge!("mcp_streams_open").set(count as f64);
+}
+
+/// `mcp_streams_refused_total{reason}`: a long-lived stream refused, past its owner's share
+/// (`owner`) or the server's (`server`).
+pub(crate) fn stream_refused(reason: &'static str) {
+    if !enabled() {
+        return;
+    }
+    counter!("mcp_streams_refused_total", "reason" => reason).increment(1);
 }
 
 /// `mcp_tasks_total{status}`: tasks created (`created`) and tasks that reached a final status.

@@ -17,7 +17,9 @@ use crate::store::{
     RedisStore, RedisStoreConfig, SessionStore, TaskStore,
 };
 use crate::tasks::TaskSettings;
-use crate::transport::{self, ConnectionLimits, Drain, OriginPolicy, Readiness, TransportOptions};
+use crate::transport::{
+    self, ConnectionLimits, Drain, OriginPolicy, Readiness, StreamLimits, TransportOptions,
+};
 
 /// The MCP endpoint path.
 pub const MCP_PATH: &str = "/mcp";
@@ -63,6 +65,11 @@ pub struct Settings {
     /// Most connections open at once; `None` for as many as the open-file limit allows (less
     /// 128 for everything else the process opens), at most 10,000.
     pub max_connections: Option<usize>,
+    /// Most long-lived streams (`subscriptions/listen`, a legacy session's GET) open at once;
+    /// `None` for half the connection cap, so ordinary requests always find connections.
+    pub max_streams: Option<usize>,
+    /// Most long-lived streams one owner holds open at once (more get HTTP 429).
+    pub max_streams_per_owner: usize,
     /// On shutdown, how long requests being served may take to finish.
     pub shutdown_grace: Duration,
     /// Begun when the server starts to shut down ([`serve`] begins it when its signal comes).
@@ -102,6 +109,8 @@ impl Default for Settings {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_connections: None,
+            max_streams: None,
+            max_streams_per_owner: 16,
             shutdown_grace: Duration::from_secs(20),
             drain: Drain::default(),
             readiness: Readiness::default(),
@@ -228,6 +237,7 @@ pub async fn router(
         max_buffered_body_bytes: settings.max_buffered_body_bytes,
         keepalive: settings.keepalive,
         drain: settings.drain.clone(),
+        streams: settings.stream_limits(),
         max_concurrent_requests: settings.max_concurrent_requests,
         #[cfg(feature = "legacy")]
         legacy: crate::transport::LegacyOptions {
@@ -256,6 +266,18 @@ impl Settings {
             header_read_timeout: self.header_read_timeout,
             idle_timeout: self.idle_timeout,
             shutdown_grace: self.shutdown_grace,
+        }
+    }
+
+    /// The bounds on long-lived streams these settings ask for: by default half the connection
+    /// cap in all, which leaves the other half to requests.
+    pub fn stream_limits(&self) -> StreamLimits {
+        let total = self
+            .max_streams
+            .unwrap_or_else(|| self.connection_limits().max_connections / 2);
+        StreamLimits {
+            total: total.max(1),
+            per_owner: self.max_streams_per_owner.max(1),
         }
     }
 }

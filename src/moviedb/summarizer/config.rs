@@ -41,6 +41,12 @@ pub struct LlmArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub llm_timeout_secs: u64,
 
+    /// Most provider calls in flight at once; a summary that finds none free within 2 s is the
+    /// server's own (cached like any fallback).
+    #[arg(long, env = "MOVIEDB_LLM_MAX_CONCURRENT", default_value_t = 16,
+          value_parser = clap::value_parser!(u64).range(1..10_000))]
+    pub llm_max_concurrent: u64,
+
     /// Most tokens the provider may write for one summary.
     #[arg(long, env = "MOVIEDB_LLM_MAX_TOKENS", default_value_t = 300,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -68,6 +74,8 @@ pub struct ProviderConfig {
     pub api_key: Option<String>,
     pub timeout: Duration,
     pub max_tokens: u32,
+    /// Most calls in flight at once.
+    pub max_concurrent: usize,
 }
 
 /// How long each kind of summary stays cached.
@@ -113,6 +121,7 @@ impl LlmArgs {
             api_key,
             timeout: Duration::from_secs(self.llm_timeout_secs),
             max_tokens: self.llm_max_tokens,
+            max_concurrent: usize::try_from(self.llm_max_concurrent).unwrap_or(1),
         }))
     }
 
@@ -134,6 +143,7 @@ impl fmt::Debug for LlmArgs {
             .field("llm_api_key", &hidden(&self.llm_api_key))
             .field("openai_api_key", &hidden(&self.openai_api_key))
             .field("llm_timeout_secs", &self.llm_timeout_secs)
+            .field("llm_max_concurrent", &self.llm_max_concurrent)
             .field("llm_max_tokens", &self.llm_max_tokens)
             .field("summary_cache_ttl_secs", &self.summary_cache_ttl_secs)
             .field("fallback_cache_ttl_secs", &self.fallback_cache_ttl_secs)
@@ -214,6 +224,7 @@ mod tests {
         assert_eq!(provider.api_key.as_deref(), Some("sk-test"));
         assert_eq!(provider.timeout, Duration::from_secs(20));
         assert_eq!(provider.max_tokens, 300);
+        assert_eq!(provider.max_concurrent, 16);
     }
 
     #[test]

@@ -37,6 +37,9 @@ const MAX_THEMES: usize = 5;
 const MAX_SUMMARY_CHARS: usize = 600;
 /// Longest theme kept from an answer, in characters.
 const MAX_THEME_CHARS: usize = 60;
+/// How long a summary waits for one of the provider calls allowed at once before it is written
+/// by the server instead: a user is waiting, and the server's words are ready at once.
+const CALL_WAIT: Duration = Duration::from_secs(2);
 /// Longest provider message repeated in the log, in characters.
 const LOGGED_MESSAGE_LIMIT: usize = 200;
 
@@ -53,6 +56,8 @@ pub enum ProviderFailure {
     Refused(String),
     #[error("unreadable answer: {0}")]
     Unreadable(String),
+    #[error("busy: all {0} calls allowed at once stayed in flight for {wait} s", wait = CALL_WAIT.as_secs())]
+    Busy(usize),
 }
 
 impl ProviderFailure {
@@ -64,6 +69,7 @@ impl ProviderFailure {
             Self::Unreachable(_) => "unreachable",
             Self::Refused(_) => "refused",
             Self::Unreadable(_) => "unreadable",
+            Self::Busy(_) => "busy",
         }
     }
 }
@@ -119,6 +125,10 @@ pub struct Provider {
     model: String,
     max_tokens: u32,
     timeout: Duration,
+    /// One per call in flight: however many summaries are asked for at once (one per movie and
+    /// review set, the cache shares the rest), the provider sees at most this many calls.
+    calls: tokio::sync::Semaphore,
+    max_concurrent: usize,
     /// Kept to scrub it from anything the provider says back before it is logged.
     api_key: Option<String>,
 }
@@ -145,6 +155,8 @@ impl Provider {
             model: config.model,
             max_tokens: config.max_tokens,
             timeout: config.timeout,
+            calls: tokio::sync::Semaphore::new(config.max_concurrent.max(1)),
+            max_concurrent: config.max_concurrent.max(1),
             api_key: config.api_key,
         })
     }
@@ -168,6 +180,9 @@ impl Provider {
             ],
             max_completion_tokens: Some(self.max_tokens),
             ..Default::default()
+        };
+        let Ok(Ok(_call)) = tokio::time::timeout(CALL_WAIT, self.calls.acquire()).await else {
+            return Err(ProviderFailure::Busy(self.max_concurrent).into());
         };
         let chat = self.client.chat();
         let call = chat.create_byot::<_, ChatReply>(request);
@@ -347,6 +362,7 @@ mod tests {
             api_key: Some("sk-secret-key".into()),
             timeout: Duration::from_secs(1),
             max_tokens: 10,
+            max_concurrent: 1,
         })
         .expect("an HTTP client")
     }

@@ -22,6 +22,35 @@ use crate::protocol::{ClientCapabilities, RequestId};
 /// How a server-initiated request ended: the client's `result`, or its `error` object.
 pub type ClientAnswer = Result<Value, Value>;
 
+/// Largest answer to one question that is relayed to the other replicas: a form's content or a
+/// completion fits many times over, and every replica receives each relayed answer.
+pub(crate) const MAX_RELAYED_ANSWER_BYTES: usize = 64 * 1024;
+
+/// Characters of the random part of a question's id (128 bits in hex).
+const QUESTION_ID_RANDOM_CHARS: usize = 32;
+
+/// The id of a fresh question asked for input `key`: `server-<key>-<32 hex digits>`, unguessable
+/// by anyone but the client it is sent to.
+fn question_id(key: &str) -> String {
+    format!(
+        "server-{key}-{}",
+        crate::store::ContinuationId::random().to_hex()
+    )
+}
+
+/// Whether `id` has the form of this server's questions: a response with any other id answers
+/// nothing on any replica.
+pub(crate) fn is_question_id(id: &str) -> bool {
+    id.strip_prefix("server-")
+        .and_then(|rest| rest.rsplit_once('-'))
+        .is_some_and(|(_, random)| {
+            random.len() == QUESTION_ID_RANDOM_CHARS
+                && random
+                    .bytes()
+                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        })
+}
+
 /// Calls waiting for the client's answer to a server-initiated request, by request id.
 #[derive(Default)]
 pub struct PendingAnswers {
@@ -91,11 +120,7 @@ impl LegacyPeer {
                 "this request cannot carry server-initiated requests",
             ));
         };
-        let id_text = format!(
-            "server-{}-{}",
-            key,
-            crate::store::ContinuationId::random().to_hex()
-        );
+        let id_text = question_id(key);
         let id = RequestId::from_value(Value::String(id_text.clone()))
             .unwrap_or_else(|| unreachable!("a string id"));
         let (_registration, answer) = self.pending.register(id_text);
@@ -196,6 +221,25 @@ fn interpret(key: &str, request: &InputRequest, answer: ClientAnswer) -> Answer 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_ids_of_the_servers_own_questions_are_taken_for_answers() {
+        let asked = question_id("watched");
+        assert!(is_question_id(&asked), "{asked}");
+        assert!(is_question_id(&question_id("with-dashes-in-it")));
+        for stray in [
+            "1",
+            "server-",
+            "server-watched",
+            "client-watched-0123456789abcdef0123456789abcdef",
+            "server-watched-0123456789ABCDEF0123456789ABCDEF",
+            "server-watched-0123456789abcdef0123456789abcde",
+            "server-watched-0123456789abcdef0123456789abcdef0",
+            "server-watched-0123456789abcdef0123456789abcdeg",
+        ] {
+            assert!(!is_question_id(stray), "{stray}");
+        }
+    }
 
     #[test]
     fn a_clients_long_refusal_is_quoted_by_a_prefix_and_its_size() {

@@ -23,5 +23,7 @@ pub use engine::{Call, Engine, InputRequired, Outcome, TaskSeed};
 pub use error::{HandlerError, InputPending, TaskPending};
 #[cfg(feature = "legacy")]
 pub use legacy::{LegacyPeer, PendingAnswers};
+#[cfg(feature = "legacy")]
+pub(crate) use legacy::{MAX_RELAYED_ANSWER_BYTES, is_question_id};
 pub use notify::Notifier;
 pub use seal::{SealError, StateSealer};

@@ -277,7 +277,7 @@ impl Subscription {
         }
     }
 
-    fn meta(&self) -> Value {
+    pub(super) fn meta(&self) -> Value {
         json!({ META_SUBSCRIPTION_ID: self.id })
     }
 

@@ -20,6 +20,7 @@ use crate::mrtr::{Asker, Call, Engine, Notifier, Outcome};
 use crate::observe;
 use crate::protocol::error::excerpt;
 use crate::protocol::input::parse_input_responses;
+use crate::protocol::jsonrpc::success_bytes;
 use crate::protocol::version::{self, TASKS_EXTENSION};
 use crate::protocol::{Method, ProtocolError, RequestMeta};
 use crate::registry::Registry;
@@ -163,6 +164,17 @@ impl Server {
     /// The hub of change events that `subscriptions/listen` streams carry.
     pub fn events(&self) -> &Events {
         &self.events
+    }
+
+    /// The response that ends `subscription` gracefully when the server tears it down (on
+    /// shutdown): a complete result tagged with the subscription's id, naming the server.
+    pub fn subscription_ended(&self, subscription: &Subscription) -> Option<Vec<u8>> {
+        let id = subscription.id.as_ref()?;
+        let mut result = Map::new();
+        result.insert("resultType".into(), json!("complete"));
+        result.insert("_meta".into(), subscription.meta());
+        self.result_meta.add_to(&mut result);
+        Some(success_bytes(id, &result))
     }
 
     /// Whether `method` exists on this server's 2026-07-28 wire (others get -32601 / HTTP 404):

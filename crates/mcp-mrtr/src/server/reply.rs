@@ -38,7 +38,7 @@ impl ResultMeta {
     }
 
     /// Adds its fields to `result`'s `_meta`, keeping any the result has.
-    fn add_to(&self, result: &mut Map<String, Value>) {
+    pub(super) fn add_to(&self, result: &mut Map<String, Value>) {
         let meta = result
             .entry("_meta")
             .or_insert_with(|| Value::Object(Map::new()));

@@ -35,6 +35,11 @@ use crate::protocol::input::{Elicitation, Roots, Sampling};
 use crate::registry::Registry;
 use crate::store::TaskStore;
 
+/// Largest task record created: the call's arguments and the client's `_meta` (its
+/// `clientInfo`, capabilities) are kept with the task for its whole life, in every replica's store,
+/// so a call carrying more is refused rather than kept.
+pub const MAX_NEW_TASK_BYTES: usize = 64 * 1024;
+
 /// How tasks are kept and run.
 #[derive(Debug, Clone)]
 pub struct TaskSettings {
@@ -153,6 +158,13 @@ impl Tasks {
             lease: Some(self.lease_from(now)),
         };
         let bytes = encode(&record)?;
+        if bytes.len() > MAX_NEW_TASK_BYTES {
+            return Err(ProtocolError::invalid_params(format!(
+                "This call is too large to keep as a task: its arguments and _meta take {} bytes \
+                 (at most {MAX_NEW_TASK_BYTES})",
+                bytes.len()
+            )));
+        }
         let created = record.created(&id);
         // Stored and started apart from the request, so a client that hangs up meanwhile cannot
         // leave a record with no worker.

@@ -13,6 +13,7 @@ use axum::http::{HeaderMap, Response, StatusCode, header};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::log_budget::LogBudget;
 use super::respond::{Accept, WireError, is_json};
 use super::{BUSY_WAIT, Endpoint};
 use crate::protocol::Incoming;
@@ -41,7 +42,9 @@ pub(super) async fn post(
     // response, and so its turn, as soon as the stream starts.
     let _turn = within_busy_wait(&endpoint.turns, 1).await?;
     endpoint.options.origin.check(&headers).map_err(|reason| {
-        tracing::warn!("refused request: {reason}");
+        if let Some(held_back) = REFUSED_ORIGINS.take() {
+            tracing::warn!(held_back, "refused request: {reason}");
+        }
         WireError::refused(StatusCode::FORBIDDEN, reason)
     })?;
     if !is_json(&headers) {
@@ -65,6 +68,9 @@ pub(super) async fn post(
     refuse_initialize(&incoming)?;
     super::modern::post(&endpoint, &headers, peer, accept, incoming).await
 }
+
+/// Lines about refused Origins and Hosts, which any client can send.
+static REFUSED_ORIGINS: LogBudget = LogBudget::new();
 
 /// Reads and parses the body, within the size limit, the body-read timeout and the budget of
 /// body bytes held at once (claimed up front from `Content-Length`, or the size limit without

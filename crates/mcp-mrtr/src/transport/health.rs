@@ -1,11 +1,14 @@
 //! Health endpoints for orchestrators and balancers: `GET /healthz` says the process serves;
 //! `GET /readyz` says it can do its work (every readiness check answers within a deadline) and is
-//! not draining, with a JSON body naming each check's outcome.
+//! not draining, with a JSON body naming each check's outcome. The checks run one at a time and
+//! their outcome serves every `/readyz` for a second, so probes from balancers (or anyone who can
+//! reach the port) never add up to more than one round of checks per second against the database
+//! and the store.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
@@ -18,6 +21,9 @@ use super::Drain;
 
 /// How long each readiness check may take before it counts as failed.
 pub const CHECK_DEADLINE: Duration = Duration::from_secs(2);
+
+/// How long the outcome of one round of checks answers `/readyz`.
+const REUSED_FOR: Duration = Duration::from_secs(1);
 
 /// What one check returns: `Err` with why the dependency is not usable.
 pub type CheckOutcome = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
@@ -50,9 +56,48 @@ impl Readiness {
     }
 }
 
+impl Readiness {
+    /// Runs every check at once, each within [`CHECK_DEADLINE`].
+    async fn run(&self) -> Outcomes {
+        futures::future::join_all(self.checks.iter().map(|(name, check)| async move {
+            let outcome = match tokio::time::timeout(CHECK_DEADLINE, check()).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(why)) => Err(why),
+                Err(_) => Err(format!(
+                    "no answer within {} ms",
+                    CHECK_DEADLINE.as_millis()
+                )),
+            };
+            (name.clone(), outcome)
+        }))
+        .await
+    }
+}
+
 struct Health {
     readiness: Readiness,
     drain: Drain,
+    /// The last round of checks and when it ended; held while a round runs, so those asking
+    /// meanwhile wait for its outcome instead of starting their own.
+    last: tokio::sync::Mutex<Option<(Instant, Arc<Outcomes>)>>,
+}
+
+/// Each check's name and outcome.
+type Outcomes = Vec<(String, Result<(), String>)>;
+
+impl Health {
+    /// The outcome of the last round of checks when it is recent, of a new round otherwise.
+    async fn outcomes(&self) -> Arc<Outcomes> {
+        let mut last = self.last.lock().await;
+        if let Some((ended, outcomes)) = &*last
+            && ended.elapsed() < REUSED_FOR
+        {
+            return outcomes.clone();
+        }
+        let outcomes = Arc::new(self.readiness.run().await);
+        *last = Some((Instant::now(), outcomes.clone()));
+        outcomes
+    }
 }
 
 /// `/healthz` and `/readyz`.
@@ -60,7 +105,11 @@ pub(crate) fn routes(readiness: Readiness, drain: Drain) -> Router {
     Router::new()
         .route("/healthz", get(live))
         .route("/readyz", get(ready))
-        .with_state(Arc::new(Health { readiness, drain }))
+        .with_state(Arc::new(Health {
+            readiness,
+            drain,
+            last: tokio::sync::Mutex::new(None),
+        }))
 }
 
 async fn live() -> Json<Value> {
@@ -75,20 +124,7 @@ async fn ready(State(health): State<Arc<Health>>) -> Response {
     if health.drain.has_begun() {
         return draining();
     }
-    let outcomes = futures::future::join_all(health.readiness.checks.iter().map(
-        |(name, check)| async move {
-            let outcome = match tokio::time::timeout(CHECK_DEADLINE, check()).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(why)) => Err(why),
-                Err(_) => Err(format!(
-                    "no answer within {} ms",
-                    CHECK_DEADLINE.as_millis()
-                )),
-            };
-            (name.clone(), outcome)
-        },
-    ))
-    .await;
+    let outcomes = health.outcomes().await;
     // Asked again: a drain that began during the checks is what this answer must report, as the
     // connection will close after it (a balancer that heard "ready" would come back to a closed
     // door).
@@ -97,13 +133,13 @@ async fn ready(State(health): State<Arc<Health>>) -> Response {
     }
     let ready = outcomes.iter().all(|(_, outcome)| outcome.is_ok());
     let checks: Map<String, Value> = outcomes
-        .into_iter()
+        .iter()
         .map(|(name, outcome)| {
             let shown = match outcome {
                 Ok(()) => json!("ok"),
-                Err(why) => json!(crate::protocol::error::shortened(why, 256)),
+                Err(why) => json!(crate::protocol::error::shortened(why.clone(), 256)),
             };
-            (name, shown)
+            (name.clone(), shown)
         })
         .collect();
     let (status, word) = if ready {

@@ -34,6 +34,7 @@ use tower::{Layer, Service, ServiceBuilder};
 use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, Cors, CorsLayer, ExposeHeaders};
 use tracing::{Level, Span};
 
+use super::log_budget::LogBudget;
 use super::origin::OriginPolicy;
 use crate::protocol::ProtocolError;
 use crate::protocol::error::excerpt;
@@ -395,7 +396,9 @@ where
             .to_str()
             .is_ok_and(|origin| self.layer.origins.allows_origin(origin));
         if request.method() == Method::OPTIONS && !allowed {
-            tracing::warn!("refused a preflight from a foreign origin");
+            if let Some(held_back) = REFUSED_PREFLIGHTS.take() {
+                tracing::warn!(held_back, "refused a preflight from a foreign origin");
+            }
             let refusal = Response::builder()
                 .status(StatusCode::FORBIDDEN)
                 .body(Body::empty())
@@ -425,3 +428,6 @@ fn answer_panic(panic: Box<dyn Any + Send + 'static>) -> Response<Body> {
         .body(Body::from(error_bytes(None, &error)))
         .unwrap_or_default()
 }
+
+/// Lines about refused preflights, which any page can send.
+static REFUSED_PREFLIGHTS: LogBudget = LogBudget::new();

@@ -20,11 +20,13 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::headers::header_text;
+use super::log_budget::LogBudget;
 use super::respond::{Accept, WireError, accepted, streamed};
 use super::{Endpoint, TransportOptions, owner_of, sse};
 use crate::auth::Principal;
-use crate::mrtr::{Asker, LegacyPeer, PendingAnswers};
+use crate::mrtr::{Asker, LegacyPeer, MAX_RELAYED_ANSWER_BYTES, PendingAnswers, is_question_id};
 use crate::observe;
+use crate::protocol::error::excerpt;
 use crate::protocol::jsonrpc::{notification_bytes, success_bytes};
 use crate::protocol::meta::is_modern_meta;
 use crate::protocol::{
@@ -365,7 +367,9 @@ async fn initialize(
     if let Some(instructions) = &info.instructions {
         result["instructions"] = json!(instructions);
     }
-    tracing::info!(session = %session_id, version = negotiated, "legacy session opened");
+    if let Some(held_back) = SESSION_LINES.take() {
+        tracing::info!(session = %session_id, version = negotiated, held_back, "legacy session opened");
+    }
     let mut response = ok(id, result);
     if let Ok(value) = HeaderValue::from_str(&session_id) {
         response.headers_mut().insert(SESSION_HEADER, value);
@@ -373,12 +377,14 @@ async fn initialize(
     response
 }
 
-/// Opens the session's stream of change notifications.
+/// Opens the session's stream of change notifications, when the session's owner and the server
+/// have room for one more.
 pub(super) async fn get(
     State(endpoint): State<Arc<Endpoint>>,
     headers: HeaderMap,
 ) -> Result<Response<Body>, WireError> {
-    let (session_id, _) = session_of(&endpoint, &headers).await?;
+    let (session_id, session) = session_of(&endpoint, &headers).await?;
+    let long_lived = endpoint.long_lived(&Owner::new(&session.owner), None)?;
     let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
     let mut events = endpoint.server.events().subscribe();
     let watcher = endpoint.clone();
@@ -422,7 +428,7 @@ pub(super) async fn get(
     Ok(sse::stream(
         ReceiverStream::new(frames_rx),
         sse::AbortOnDrop(task.abort_handle()),
-        Some(endpoint.long_lived()),
+        Some(long_lived),
     ))
 }
 
@@ -444,7 +450,9 @@ pub(super) async fn delete(
     let (session_id, _) = session_of(&endpoint, &headers).await?;
     match endpoint.legacy.sessions.delete_session(&session_id).await {
         Ok(()) => {
-            tracing::info!(session = %session_id, "legacy session ended");
+            if let Some(held_back) = SESSION_LINES.take() {
+                tracing::info!(session = %session_id, held_back, "legacy session ended");
+            }
             observe::legacy_session(false);
             Ok(Response::builder()
                 .status(StatusCode::OK)
@@ -563,25 +571,49 @@ async fn save(
 }
 
 /// Hands a client's answer to the call waiting for it: on this replica, or through the relay to
-/// the replica where the call waits.
+/// the replica where the call waits. A response whose id this server never gives its questions,
+/// or too large to send every replica, is not relayed.
 fn deliver_answer(endpoint: &Endpoint, id: &RequestId, outcome: Result<Value, Value>) {
-    let key = id.to_string();
-    let wire = match &outcome {
-        Ok(result) => json!({ "id": id, "result": result }),
-        Err(error) => json!({ "id": id, "error": error }),
+    let Some(key) = id.as_value().as_str().filter(|key| is_question_id(key)) else {
+        tracing::debug!("ignored a response to no question of this server");
+        return;
     };
-    if endpoint.legacy.pending.deliver(&key, outcome) {
+    let wire = match &outcome {
+        Ok(result) => json!({ "id": key, "result": result }),
+        Err(error) => json!({ "id": key, "error": error }),
+    };
+    if endpoint.legacy.pending.deliver(key, outcome) {
         return;
     }
-    match &endpoint.legacy.answers_elsewhere {
-        Some(outbox) => {
-            if outbox.try_send(wire.to_string().into_bytes()).is_err() {
-                tracing::warn!(%id, "answer relay is backed up; dropped an answer");
-            }
+    let Some(outbox) = &endpoint.legacy.answers_elsewhere else {
+        if let Some(held_back) = UNWAITED_ANSWERS.take() {
+            tracing::info!(
+                id = %excerpt(key),
+                held_back,
+                "an answer nobody waits for (late, or the call was cancelled)"
+            );
         }
-        None => tracing::info!(%id, "an answer nobody waits for (late, or the call was cancelled)"),
+        return;
+    };
+    let wire = wire.to_string().into_bytes();
+    if wire.len() > MAX_RELAYED_ANSWER_BYTES {
+        if let Some(held_back) = UNWAITED_ANSWERS.take() {
+            tracing::info!(
+                id = %excerpt(key),
+                bytes = wire.len(),
+                held_back,
+                "an answer too large to relay to the other replicas; dropped"
+            );
+        }
+    } else if outbox.try_send(wire).is_err() {
+        tracing::warn!(id = %excerpt(key), "answer relay is backed up; dropped an answer");
     }
 }
+
+/// Lines about answers dropped here, which any client can send.
+static UNWAITED_ANSWERS: LogBudget = LogBudget::new();
+/// Lines about sessions opened and ended, which anonymous clients can do at will.
+static SESSION_LINES: LogBudget = LogBudget::new();
 
 /// Runs the answer relay: publishes answers for calls on other replicas, and delivers answers
 /// other replicas received to the calls waiting here. Returns the outbox.

@@ -11,10 +11,12 @@ mod layers;
 #[cfg(feature = "legacy")]
 mod legacy;
 mod listen;
+mod log_budget;
 mod modern;
 mod origin;
 mod respond;
 mod sse;
+mod streams;
 mod traffic;
 
 use std::net::IpAddr;
@@ -30,6 +32,7 @@ pub use health::{CHECK_DEADLINE, CheckOutcome, Readiness};
 pub use legacy::LegacyOptions;
 pub use listen::{ConnectionLimits, MIN_IDLE_TIMEOUT, RESERVED_DESCRIPTORS, max_connections};
 pub use origin::OriginPolicy;
+pub use streams::StreamLimits;
 
 use crate::auth::{Authenticator, Principal};
 use crate::server::Server;
@@ -52,6 +55,8 @@ pub struct TransportOptions {
     pub keepalive: Duration,
     /// Ends long-lived streams when the server begins to shut down.
     pub drain: Drain,
+    /// Most long-lived streams open at once, in all and per owner.
+    pub streams: StreamLimits,
     /// Most requests read and handled at once; more wait up to [`BUSY_WAIT`], then get HTTP 503
     /// with `Retry-After`. A streamed answer stops counting once its stream has started.
     pub max_concurrent_requests: usize,
@@ -71,6 +76,8 @@ pub(crate) struct Endpoint {
     turns: Arc<tokio::sync::Semaphore>,
     /// One per body byte being read or parsed.
     body_bytes: Arc<tokio::sync::Semaphore>,
+    /// The long-lived streams open now.
+    streams: Arc<streams::OpenStreams>,
     #[cfg(feature = "legacy")]
     legacy: legacy::LegacyWire,
 }
@@ -92,6 +99,7 @@ pub fn router(
         let endpoint = Endpoint {
             turns: turns(&options),
             body_bytes: body_bytes(&options),
+            streams: streams::OpenStreams::new(options.streams),
             server,
             options,
             legacy: wire,
@@ -107,6 +115,7 @@ pub fn router(
         let endpoint = Endpoint {
             turns: turns(&options),
             body_bytes: body_bytes(&options),
+            streams: streams::OpenStreams::new(options.streams),
             server,
             options,
         };
@@ -120,12 +129,19 @@ pub fn router(
 }
 
 impl Endpoint {
-    /// How long-lived streams (`subscriptions/listen`, a legacy session's GET) are kept.
-    fn long_lived(&self) -> sse::LongLived {
-        sse::LongLived {
+    /// How one of `owner`'s long-lived streams (`subscriptions/listen`, a legacy session's GET)
+    /// is kept, once there is room for it; `farewell` is its last frame when the server ends it.
+    fn long_lived(
+        &self,
+        owner: &Owner,
+        farewell: Option<Vec<u8>>,
+    ) -> Result<sse::LongLived, streams::StreamRefused> {
+        Ok(sse::LongLived {
             keepalive: self.options.keepalive,
             drain: self.options.drain.clone(),
-        }
+            slot: self.streams.open(owner)?,
+            farewell: farewell.map(|message| sse::frame(&message)),
+        })
     }
 }
 

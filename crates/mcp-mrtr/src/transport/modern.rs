@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
+use axum::response::IntoResponse as _;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::{self, error::RecvError};
@@ -154,7 +155,7 @@ async fn serve(
             registry.has_resources(),
             server.tasks().is_some(),
         );
-        return Ok(listen(endpoint, subscription, principal));
+        return Ok(listen(endpoint, subscription, principal, &owner));
     }
 
     let wants_stream = accept.sse
@@ -232,14 +233,24 @@ async fn stream_events(
     }
 }
 
-/// Opens a `subscriptions/listen` stream: the acknowledgement, then the events it opted into,
-/// with keep-alive comments, until the client goes away. A task's status goes only to the
-/// principal it belongs to.
+/// Opens a `subscriptions/listen` stream, when its owner and the server have room for one more:
+/// the acknowledgement, then the events it opted into, with keep-alive comments, until the client
+/// goes away, or until the server drains and ends it with the closing response. A task's status
+/// goes only to the principal it belongs to.
 fn listen(
     endpoint: &Arc<Endpoint>,
     subscription: Subscription,
     principal: Principal,
+    owner: &Owner,
 ) -> Response<Body> {
+    let farewell = endpoint.server.subscription_ended(&subscription);
+    let long_lived = match endpoint.long_lived(owner, farewell) {
+        Ok(long_lived) => long_lived,
+        Err(refused) => {
+            let refusal = WireError::from(refused).answering(subscription.id.as_ref());
+            return refusal.into_response();
+        }
+    };
     let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
     let events = endpoint.server.events().subscribe();
     let server = endpoint.server.clone();
@@ -249,6 +260,6 @@ fn listen(
     sse::stream(
         ReceiverStream::new(frames_rx),
         sse::AbortOnDrop(task.abort_handle()),
-        Some(endpoint.long_lived()),
+        Some(long_lived),
     )
 }

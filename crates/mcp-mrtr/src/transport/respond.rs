@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::streams::StreamRefused;
 use super::{Endpoint, sse};
 use crate::auth::AuthError;
 use crate::mrtr::Notifier;
@@ -171,6 +172,17 @@ impl WireError {
         }
     }
 
+    /// HTTP 503 with `Retry-After: 5`: the server holds as many long-lived streams as it may.
+    pub(super) fn busy_with_streams() -> Self {
+        let error = ProtocolError::internal(
+            "The server holds as many open streams as it may; try again later",
+        );
+        Self {
+            header: Some((header::RETRY_AFTER, HeaderValue::from_static("5"))),
+            ..Self::from(error).with_status(StatusCode::SERVICE_UNAVAILABLE)
+        }
+    }
+
     /// The same error, answering the request `id` (unless it already answers one).
     pub(super) fn answering(mut self, id: Option<&RequestId>) -> Self {
         if self.id.is_none() {
@@ -207,6 +219,20 @@ impl IntoResponse for WireError {
             response.headers_mut().insert(name, value);
         }
         response
+    }
+}
+
+impl From<StreamRefused> for WireError {
+    fn from(refused: StreamRefused) -> Self {
+        match refused {
+            StreamRefused::OwnerShare(share) => WireError::refused(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "Too many open streams: at most {share} per client at once; close one first"
+                ),
+            ),
+            StreamRefused::ServerFull => WireError::busy_with_streams(),
+        }
     }
 }
 

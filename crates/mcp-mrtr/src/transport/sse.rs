@@ -11,6 +11,7 @@ use futures::{Stream, StreamExt};
 use tokio::task::AbortHandle;
 
 use super::Drain;
+use super::streams::StreamSlot;
 
 /// A complete JSON response.
 pub fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
@@ -42,13 +43,17 @@ pub fn frame(message: &[u8]) -> Bytes {
     Bytes::from(event)
 }
 
-/// How a long-lived stream is kept: comment lines during quiet periods, and an end when the
-/// server drains (its client reconnects, to another replica).
+/// How a long-lived stream is kept: comment lines during quiet periods, its place among the
+/// streams open, and an end when the server drains (its client reconnects, to another replica).
 pub struct LongLived {
     /// Period of the comment lines.
     pub keepalive: Duration,
     /// Ends the stream when it begins.
     pub drain: Drain,
+    /// The stream's place among those open, given back when the stream ends.
+    pub slot: StreamSlot,
+    /// The last frame, when the drain ends the stream (a listen stream's closing response).
+    pub farewell: Option<Bytes>,
 }
 
 /// An SSE response of `frames` (already framed), tied to the task behind `guard`: when the client
@@ -66,12 +71,15 @@ where
         Some(LongLived {
             keepalive: period,
             drain,
+            slot,
+            farewell,
         }) => {
             let ticks = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval_at(
                 tokio::time::Instant::now() + period,
                 period,
             ))
             .map(|_| Bytes::from_static(b": keep-alive\n\n"));
+            let drained = drain.clone();
             // End with the frames: once the producer is gone there is nothing left to keep alive.
             let merged = tokio_stream::StreamExt::merge(
                 frames
@@ -81,9 +89,14 @@ where
             )
             .take_while(|item| std::future::ready(item.is_some()))
             .filter_map(std::future::ready)
-            .take_until(async move { drain.begun().await });
+            .take_until(async move { drain.begun().await })
+            // Read once the frames have ended: only a stream the drain ended says farewell.
+            .chain(
+                futures::stream::iter(farewell)
+                    .filter(move |_| std::future::ready(drained.has_begun())),
+            );
             Body::from_stream(merged.map(move |frame| {
-                let _owned = &guard;
+                let _owned = (&guard, &slot);
                 Ok::<_, Infallible>(frame)
             }))
         }

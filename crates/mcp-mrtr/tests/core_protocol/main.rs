@@ -12,6 +12,7 @@ mod caching;
 mod cancellation;
 mod connections;
 mod draining;
+mod health;
 mod http_layers;
 mod notifications;
 mod request_state;

@@ -12,6 +12,7 @@ use mcp_mrtr::mrtr::StateSealer;
 use mcp_mrtr::server::{CachePolicy, Events, ServerInfo};
 use mcp_mrtr::service::{self, MCP_PATH, Settings};
 use mcp_mrtr::store::RedisStoreConfig;
+use mcp_mrtr::transport::Readiness;
 use tokio::sync::oneshot;
 
 use super::Client;
@@ -51,6 +52,8 @@ pub struct ServerOptions {
     pub max_concurrent_requests: usize,
     /// The `ttlMs` of cacheable results.
     pub cache: CachePolicy,
+    /// What `/readyz` checks.
+    pub readiness: Readiness,
 }
 
 impl Default for ServerOptions {
@@ -65,6 +68,7 @@ impl Default for ServerOptions {
             legacy_request_timeout_secs: 20,
             max_concurrent_requests: 512,
             cache: CachePolicy::default(),
+            readiness: Readiness::default(),
         }
     }
 }
@@ -135,6 +139,7 @@ impl TestServer {
             legacy_session_idle: Duration::from_secs(3600),
             legacy_session_max: Duration::from_secs(24 * 3600),
             cache: options.cache,
+            readiness: options.readiness,
             ..Settings::default()
         };
         let info = ServerInfo {
