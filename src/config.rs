@@ -92,13 +92,14 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
 
-    /// Most long-lived streams (subscriptions/listen, 2025-11-25 GET) open at once; more get HTTP
-    /// 503. Default: half the connection cap, so requests always find connections.
+    /// Most long-lived streams (subscriptions/listen, 2025-11-25 GET) open at once, at most the
+    /// connection cap; more get HTTP 503. Default: half the connection cap, so requests always
+    /// find connections.
     #[arg(long, env = "MOVIEDB_MAX_STREAMS")]
     pub max_streams: Option<usize>,
 
     /// Most long-lived streams one caller (a signed-in user, or an anonymous address) holds open
-    /// at once; more get HTTP 429.
+    /// at once; one more ends the caller's oldest.
     #[arg(long, env = "MOVIEDB_MAX_STREAMS_PER_CALLER", default_value_t = 16)]
     pub max_streams_per_caller: usize,
 

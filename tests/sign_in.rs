@@ -489,6 +489,9 @@ async fn rotated_keys_are_fetched_again_but_made_up_key_ids_fetch_at_most_once_a
     let resource = server.url().to_owned();
     let both = format!("{READ} {WRITE}");
     let before = authority.token("tests-es256", &resource, &both).await;
+    // Started now: its start-up must not eat into the interval the flood below is timed in.
+    let stranger = AuthorizationServer::start(&keys_file());
+    let made_up = stranger.token("tests-es256", &resource, &both).await;
     let fine = server
         .with_token(&before)
         .request("tools/list")
@@ -511,8 +514,6 @@ async fn rotated_keys_are_fetched_again_but_made_up_key_ids_fetch_at_most_once_a
     assert_eq!(server.log().matches(FETCHED).count(), 1, "{}", server.log());
 
     // Tokens of keys nobody publishes, in a flood: refused, with no fetch within the interval.
-    let stranger = AuthorizationServer::start(&keys_file());
-    let made_up = stranger.token("tests-es256", &resource, &both).await;
     let refused_with_made_up_key = || async {
         let refused = server
             .with_token(&made_up)

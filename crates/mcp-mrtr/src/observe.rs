@@ -112,7 +112,11 @@ pub fn enable() {
     );
     describe_counter!(
         "mcp_streams_refused_total",
-        "Long-lived streams refused, by reason (owner: past the caller's share, server: past the server's)"
+        "Long-lived streams refused: the replica held as many as it may"
+    );
+    describe_counter!(
+        "mcp_streams_replaced_total",
+        "Long-lived streams ended because their caller opened one more than its share"
     );
     describe_counter!(
         "mcp_tasks_total",
@@ -272,13 +276,21 @@ pub(crate) fn streams_open(count: usize) {
     gauge!("mcp_streams_open").set(count as f64);
 }
 
-/// `mcp_streams_refused_total{reason}`: a long-lived stream refused, past its owner's share
-/// (`owner`) or the server's (`server`).
-pub(crate) fn stream_refused(reason: &'static str) {
+/// `mcp_streams_refused_total`: a long-lived stream refused, the server holding as many as it may.
+pub(crate) fn stream_refused() {
     if !enabled() {
         return;
     }
-    counter!("mcp_streams_refused_total", "reason" => reason).increment(1);
+    counter!("mcp_streams_refused_total").increment(1);
+}
+
+/// `mcp_streams_replaced_total`: a caller's oldest long-lived stream ended to make room for its
+/// newest.
+pub(crate) fn stream_replaced() {
+    if !enabled() {
+        return;
+    }
+    counter!("mcp_streams_replaced_total").increment(1);
 }
 
 /// `mcp_tasks_total{status}`: tasks created (`created`) and tasks that reached a final status.

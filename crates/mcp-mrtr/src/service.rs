@@ -65,10 +65,11 @@ pub struct Settings {
     /// Most connections open at once; `None` for as many as the open-file limit allows (less
     /// 128 for everything else the process opens), at most 10,000.
     pub max_connections: Option<usize>,
-    /// Most long-lived streams (`subscriptions/listen`, a legacy session's GET) open at once;
-    /// `None` for half the connection cap, so ordinary requests always find connections.
+    /// Most long-lived streams (`subscriptions/listen`, a legacy session's GET) open at once
+    /// (more get HTTP 503), at most the connection cap; `None` for half the connection cap, so
+    /// ordinary requests always find connections.
     pub max_streams: Option<usize>,
-    /// Most long-lived streams one owner holds open at once (more get HTTP 429).
+    /// Most long-lived streams one owner holds open at once; one more ends the owner's oldest.
     pub max_streams_per_owner: usize,
     /// On shutdown, how long requests being served may take to finish.
     pub shutdown_grace: Duration,
@@ -270,11 +271,10 @@ impl Settings {
     }
 
     /// The bounds on long-lived streams these settings ask for: by default half the connection
-    /// cap in all, which leaves the other half to requests.
+    /// cap in all, which leaves the other half to requests; never more than the connection cap.
     pub fn stream_limits(&self) -> StreamLimits {
-        let total = self
-            .max_streams
-            .unwrap_or_else(|| self.connection_limits().max_connections / 2);
+        let connections = self.connection_limits().max_connections;
+        let total = self.max_streams.unwrap_or(connections / 2).min(connections);
         StreamLimits {
             total: total.max(1),
             per_owner: self.max_streams_per_owner.max(1),

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use self::cache::{SummaryCache, SummaryKey};
 use self::config::CacheLifetimes;
-use self::provider::{Provider, ProviderError};
+use self::provider::{Provider, ProviderError, ProviderFailure};
 use super::catalogue;
 use super::model::Review;
 use super::summary::{self, MIN_REVIEWS_FOR_SUMMARY, ReviewSummary};
@@ -267,9 +267,12 @@ impl Summarizer {
                     Err(ProviderError::Internal(_)) => "internal",
                 };
                 span.record("outcome", outcome);
-                metrics::counter!("moviedb_llm_calls_total", "model" => provider.model().to_owned(), "outcome" => outcome)
-                    .increment(1);
-                metrics::histogram!("moviedb_llm_call_seconds").record(started.elapsed().as_secs_f64());
+                // A summary that found every call allowed at once taken made no call.
+                if !matches!(answer, Err(ProviderError::Failed(ProviderFailure::Busy(_)))) {
+                    metrics::counter!("moviedb_llm_calls_total", "model" => provider.model().to_owned(), "outcome" => outcome)
+                        .increment(1);
+                    metrics::histogram!("moviedb_llm_call_seconds").record(started.elapsed().as_secs_f64());
+                }
                 match answer {
                     Ok(text) => Ok((text, self.lifetimes.provider)),
                     Err(ProviderError::Failed(failure)) => {

@@ -35,9 +35,10 @@ use crate::protocol::input::{Elicitation, Roots, Sampling};
 use crate::registry::Registry;
 use crate::store::TaskStore;
 
-/// Largest task record created: the call's arguments and the client's `_meta` (its
-/// `clientInfo`, capabilities) are kept with the task for its whole life, in every replica's store,
-/// so a call carrying more is refused rather than kept.
+/// Largest task record created: the call's arguments, the client's `_meta` (its `clientInfo`,
+/// capabilities) and what the handler carries into the task (answers, remembered work) are kept
+/// with the task for its whole life, in the store every replica reads, so a call that would make
+/// a larger record is refused rather than kept.
 pub const MAX_NEW_TASK_BYTES: usize = 64 * 1024;
 
 /// How tasks are kept and run.
@@ -160,8 +161,8 @@ impl Tasks {
         let bytes = encode(&record)?;
         if bytes.len() > MAX_NEW_TASK_BYTES {
             return Err(ProtocolError::invalid_params(format!(
-                "This call is too large to keep as a task: its arguments and _meta take {} bytes \
-                 (at most {MAX_NEW_TASK_BYTES})",
+                "This call is too large to keep as a task: its arguments, _meta and answers take {} \
+                 bytes (at most {MAX_NEW_TASK_BYTES})",
                 bytes.len()
             )));
         }

@@ -1,13 +1,14 @@
 //! Health endpoints for orchestrators and balancers: `GET /healthz` says the process serves;
 //! `GET /readyz` says it can do its work (every readiness check answers within a deadline) and is
-//! not draining, with a JSON body naming each check's outcome. The checks run one at a time and
-//! their outcome serves every `/readyz` for a second, so probes from balancers (or anyone who can
-//! reach the port) never add up to more than one round of checks per second against the database
-//! and the store.
+//! not draining, with a JSON body naming each check's outcome. The checks run one round at a
+//! time, on a task of their own (a probe that hangs up does not cut its round short), and a round
+//! answers every `/readyz` that comes while it runs or within a second of its start: probes from
+//! balancers, or from anyone who can reach the port, never start more than one round a second
+//! against the database and the store.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -15,6 +16,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
+use futures::FutureExt as _;
+use futures::future::{BoxFuture, Shared};
 use serde_json::{Map, Value, json};
 
 use super::Drain;
@@ -22,7 +25,7 @@ use super::Drain;
 /// How long each readiness check may take before it counts as failed.
 pub const CHECK_DEADLINE: Duration = Duration::from_secs(2);
 
-/// How long the outcome of one round of checks answers `/readyz`.
+/// How long after its start a round of checks answers `/readyz`, once it has ended.
 const REUSED_FOR: Duration = Duration::from_secs(1);
 
 /// What one check returns: `Err` with why the dependency is not usable.
@@ -77,26 +80,52 @@ impl Readiness {
 struct Health {
     readiness: Readiness,
     drain: Drain,
-    /// The last round of checks and when it ended; held while a round runs, so those asking
-    /// meanwhile wait for its outcome instead of starting their own.
-    last: tokio::sync::Mutex<Option<(Instant, Arc<Outcomes>)>>,
+    /// The last round of checks, and when it started.
+    last: Mutex<Option<(Round, Instant)>>,
 }
+
+/// A round of checks running on its own task, awaited by every probe that wants its outcome.
+type Round = Shared<BoxFuture<'static, Arc<Outcomes>>>;
 
 /// Each check's name and outcome.
 type Outcomes = Vec<(String, Result<(), String>)>;
 
 impl Health {
-    /// The outcome of the last round of checks when it is recent, of a new round otherwise.
+    /// The outcome of the last round of checks while it runs or is recent, of a new one
+    /// otherwise.
     async fn outcomes(&self) -> Arc<Outcomes> {
-        let mut last = self.last.lock().await;
-        if let Some((ended, outcomes)) = &*last
-            && ended.elapsed() < REUSED_FOR
-        {
-            return outcomes.clone();
+        let round = {
+            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            match &*last {
+                Some((round, started))
+                    if round.peek().is_none() || started.elapsed() < REUSED_FOR =>
+                {
+                    round.clone()
+                }
+                _ => {
+                    let round = self.start_round();
+                    *last = Some((round.clone(), Instant::now()));
+                    round
+                }
+            }
+        };
+        round.await
+    }
+
+    fn start_round(&self) -> Round {
+        let readiness = self.readiness.clone();
+        let running = tokio::spawn(async move { readiness.run().await });
+        async move {
+            let outcomes = running.await.unwrap_or_else(|_| {
+                vec![(
+                    "checks".to_owned(),
+                    Err("the checks failed to run".to_owned()),
+                )]
+            });
+            Arc::new(outcomes)
         }
-        let outcomes = Arc::new(self.readiness.run().await);
-        *last = Some((Instant::now(), outcomes.clone()));
-        outcomes
+        .boxed()
+        .shared()
     }
 }
 
@@ -108,7 +137,7 @@ pub(crate) fn routes(readiness: Readiness, drain: Drain) -> Router {
         .with_state(Arc::new(Health {
             readiness,
             drain,
-            last: tokio::sync::Mutex::new(None),
+            last: Mutex::new(None),
         }))
 }
 

@@ -384,7 +384,7 @@ pub(super) async fn get(
     headers: HeaderMap,
 ) -> Result<Response<Body>, WireError> {
     let (session_id, session) = session_of(&endpoint, &headers).await?;
-    let long_lived = endpoint.long_lived(&Owner::new(&session.owner), None)?;
+    let long_lived = endpoint.long_lived(&Owner::new(&session.owner), None, None)?;
     let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
     let mut events = endpoint.server.events().subscribe();
     let watcher = endpoint.clone();
@@ -605,13 +605,17 @@ fn deliver_answer(endpoint: &Endpoint, id: &RequestId, outcome: Result<Value, Va
                 "an answer too large to relay to the other replicas; dropped"
             );
         }
-    } else if outbox.try_send(wire).is_err() {
-        tracing::warn!(id = %excerpt(key), "answer relay is backed up; dropped an answer");
+    } else if outbox.try_send(wire).is_err()
+        && let Some(held_back) = RELAY_TROUBLE.take()
+    {
+        tracing::warn!(id = %excerpt(key), held_back, "answer relay is backed up; dropped an answer");
     }
 }
 
 /// Lines about answers dropped here, which any client can send.
 static UNWAITED_ANSWERS: LogBudget = LogBudget::new();
+/// Lines about the relay failing or backed up, which a flood of answers can cause.
+static RELAY_TROUBLE: LogBudget = LogBudget::new();
 /// Lines about sessions opened and ended, which anonymous clients can do at will.
 static SESSION_LINES: LogBudget = LogBudget::new();
 
@@ -627,8 +631,10 @@ fn relay_answers(
             tokio::select! {
                 answer = outgoing.recv() => {
                     let Some(answer) = answer else { return };
-                    if let Err(e) = relay.publish(&answer).await {
-                        tracing::warn!("could not relay a client's answer to the other replicas: {e}");
+                    if let Err(e) = relay.publish(&answer).await
+                        && let Some(held_back) = RELAY_TROUBLE.take()
+                    {
+                        tracing::warn!(held_back, "could not relay a client's answer to the other replicas: {e}");
                     }
                 }
                 Some(payload) = relay.next_message() => {

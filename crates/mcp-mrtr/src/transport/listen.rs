@@ -86,12 +86,16 @@ pub fn max_connections(wanted: Option<usize>) -> usize {
         .clamp(1, CONNECTIONS_CEILING);
     match wanted {
         Some(wanted) if wanted > fits => {
-            tracing::warn!(
-                wanted,
-                fits,
-                open_file_limit = limit,
-                "connection cap lowered to fit the open-file limit"
-            );
+            // Said once: the stream cap is worked out from the connection cap too.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::warn!(
+                    wanted,
+                    fits,
+                    open_file_limit = limit,
+                    "connection cap lowered to fit the open-file limit"
+                );
+            });
             fits
         }
         Some(wanted) => wanted.max(1),

@@ -130,16 +130,19 @@ pub fn router(
 
 impl Endpoint {
     /// How one of `owner`'s long-lived streams (`subscriptions/listen`, a legacy session's GET)
-    /// is kept, once there is room for it; `farewell` is its last frame when the server ends it.
+    /// is kept, once there is room for it: `opening` is its first message, `farewell` its last
+    /// when the server ends it.
     fn long_lived(
         &self,
         owner: &Owner,
+        opening: Option<Vec<u8>>,
         farewell: Option<Vec<u8>>,
-    ) -> Result<sse::LongLived, streams::StreamRefused> {
+    ) -> Result<sse::LongLived, streams::ServerFull> {
         Ok(sse::LongLived {
             keepalive: self.options.keepalive,
             drain: self.options.drain.clone(),
             slot: self.streams.open(owner)?,
+            opening: opening.map(|message| sse::frame(&message)),
             farewell: farewell.map(|message| sse::frame(&message)),
         })
     }

@@ -175,7 +175,8 @@ async fn serve(
     Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)))
 }
 
-/// The frames of one listen stream until the client goes away (`Err`) or events end.
+/// The frames of one listen stream after its acknowledgement, until the client goes away (`Err`)
+/// or events end.
 async fn stream_events(
     server: &Server,
     subscription: &Subscription,
@@ -183,9 +184,6 @@ async fn stream_events(
     mut events: broadcast::Receiver<ServerEvent>,
     frames: &mpsc::Sender<Bytes>,
 ) -> Result<(), mpsc::error::SendError<Bytes>> {
-    frames
-        .send(sse::frame(&subscription.acknowledgement()))
-        .await?;
     let tasks = server.tasks().filter(|_| !subscription.task_ids.is_empty());
     // The followed tasks as they are now, so a task that changed before the stream opened is
     // not waited for in vain.
@@ -243,8 +241,9 @@ fn listen(
     principal: Principal,
     owner: &Owner,
 ) -> Response<Body> {
+    let acknowledgement = Some(subscription.acknowledgement());
     let farewell = endpoint.server.subscription_ended(&subscription);
-    let long_lived = match endpoint.long_lived(owner, farewell) {
+    let long_lived = match endpoint.long_lived(owner, acknowledgement, farewell) {
         Ok(long_lived) => long_lived,
         Err(refused) => {
             let refusal = WireError::from(refused).answering(subscription.id.as_ref());

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::streams::StreamRefused;
+use super::streams::ServerFull;
 use super::{Endpoint, sse};
 use crate::auth::AuthError;
 use crate::mrtr::Notifier;
@@ -222,17 +222,9 @@ impl IntoResponse for WireError {
     }
 }
 
-impl From<StreamRefused> for WireError {
-    fn from(refused: StreamRefused) -> Self {
-        match refused {
-            StreamRefused::OwnerShare(share) => WireError::refused(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "Too many open streams: at most {share} per client at once; close one first"
-                ),
-            ),
-            StreamRefused::ServerFull => WireError::busy_with_streams(),
-        }
+impl From<ServerFull> for WireError {
+    fn from(ServerFull: ServerFull) -> Self {
+        WireError::busy_with_streams()
     }
 }
 

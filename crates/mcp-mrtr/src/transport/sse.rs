@@ -2,6 +2,8 @@
 //! the final response. Dropping an SSE body (the client closed the stream) aborts the work behind it.
 
 use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -44,7 +46,10 @@ pub fn frame(message: &[u8]) -> Bytes {
 }
 
 /// How a long-lived stream is kept: comment lines during quiet periods, its place among the
-/// streams open, and an end when the server drains (its client reconnects, to another replica).
+/// streams open, and an end when the server drains or its owner opens one stream more than its
+/// share (a listen stream then ends with its closing response, which tells its client that the
+/// subscription ended; one that still wants the notifications listens again, on another replica
+/// when this one drains).
 pub struct LongLived {
     /// Period of the comment lines.
     pub keepalive: Duration,
@@ -52,13 +57,15 @@ pub struct LongLived {
     pub drain: Drain,
     /// The stream's place among those open, given back when the stream ends.
     pub slot: StreamSlot,
-    /// The last frame, when the drain ends the stream (a listen stream's closing response).
+    /// The first frame, sent however soon the stream ends (a listen stream's acknowledgement).
+    pub opening: Option<Bytes>,
+    /// The last frame, when the server ends the stream (a listen stream's closing response).
     pub farewell: Option<Bytes>,
 }
 
 /// An SSE response of `frames` (already framed), tied to the task behind `guard`: when the client
 /// goes away the body is dropped and the task aborted. A `long_lived` stream gets keep-alive
-/// comments and ends when the server drains.
+/// comments and ends when the server drains or its slot is taken.
 pub fn stream<S>(frames: S, guard: AbortOnDrop, long_lived: Option<LongLived>) -> Response<Body>
 where
     S: Stream<Item = Bytes> + Send + 'static,
@@ -72,6 +79,7 @@ where
             keepalive: period,
             drain,
             slot,
+            opening,
             farewell,
         }) => {
             let ticks = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval_at(
@@ -79,7 +87,16 @@ where
                 period,
             ))
             .map(|_| Bytes::from_static(b": keep-alive\n\n"));
-            let drained = drain.clone();
+            let replaced = slot.end_signal();
+            let ended_by_server = Arc::new(AtomicBool::new(false));
+            let ended = ended_by_server.clone();
+            let server_ends = async move {
+                tokio::select! {
+                    () = drain.begun() => {}
+                    () = replaced.notified() => {}
+                }
+                ended.store(true, Ordering::Relaxed);
+            };
             // End with the frames: once the producer is gone there is nothing left to keep alive.
             let merged = tokio_stream::StreamExt::merge(
                 frames
@@ -89,13 +106,13 @@ where
             )
             .take_while(|item| std::future::ready(item.is_some()))
             .filter_map(std::future::ready)
-            .take_until(async move { drain.begun().await })
-            // Read once the frames have ended: only a stream the drain ended says farewell.
-            .chain(
+            .take_until(server_ends);
+            let framed = futures::stream::iter(opening).chain(merged).chain(
+                // Read once the frames have ended: only a stream the server ended says farewell.
                 futures::stream::iter(farewell)
-                    .filter(move |_| std::future::ready(drained.has_begun())),
+                    .filter(move |_| std::future::ready(ended_by_server.load(Ordering::Relaxed))),
             );
-            Body::from_stream(merged.map(move |frame| {
+            Body::from_stream(framed.map(move |frame| {
                 let _owned = (&guard, &slot);
                 Ok::<_, Infallible>(frame)
             }))

@@ -1,5 +1,6 @@
-//! `/readyz` as balancers and the public meet it: however many ask at once, the database and the
-//! store are checked once, and what the checks say is reused for a second only.
+//! `/readyz` as balancers and the public meet it: however many ask at once, and whether or not
+//! they wait for the answer, the database and the store are checked once, and what the checks
+//! say is reused for a second only.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,7 +33,7 @@ async fn readyz(http: &reqwest::Client, url: &str) -> (u16, Value) {
 }
 
 #[tokio::test]
-async fn readiness_asked_by_many_at_once_checks_its_dependencies_once() {
+async fn readiness_asked_by_many_at_once_and_by_quitters_checks_its_dependencies_once() {
     let runs = Arc::new(AtomicUsize::new(0));
     let (release, _) = watch::channel(false);
     let server = TestServer::start_with(ServerOptions {
@@ -45,6 +46,13 @@ async fn readiness_asked_by_many_at_once_checks_its_dependencies_once() {
         .no_proxy()
         .build()
         .expect("client");
+    // A probe that gives up while the round runs (a balancer's short timeout) does not end it.
+    let impatient = http
+        .get(&url)
+        .timeout(Duration::from_millis(200))
+        .send()
+        .await;
+    assert!(impatient.is_err(), "the round is held: {impatient:?}");
     let asking: Vec<_> = (0..50)
         .map(|_| {
             let (http, url) = (http.clone(), url.clone());
@@ -75,7 +83,7 @@ async fn readiness_asked_by_many_at_once_checks_its_dependencies_once() {
     assert_eq!(
         runs.load(Ordering::SeqCst),
         1,
-        "fifty probes at once, one round of checks"
+        "fifty probes at once and one that hung up, one round of checks"
     );
     // A second later the dependencies are asked again: an outage is not hidden for long.
     tokio::time::sleep(Duration::from_millis(1_100)).await;
