@@ -620,14 +620,16 @@ mod movies {
     }
 
     #[tokio::test]
-    async fn only_answers_to_the_servers_own_questions_are_relayed() {
+    async fn only_answers_to_questions_asked_in_their_session_are_relayed() {
         let mut replicas = replicas().await;
         let mut relayed = relay_listener(&replicas).await;
         let on_first = legacy_session(&mut replicas, 1, "dee", json!({"elicitation": {}})).await;
         let on_second = on_first.at(replicas.replica(2).url());
-        // Responses to questions nobody asked: taken (202) and dropped, not sent to every replica.
+        // Responses to questions nobody asked: taken (202) and dropped, not sent to every replica,
+        // whatever their shape (the last has the shape of a real question's id).
         let watched = json!({"action": "accept", "content": {"status": "WATCHED"}});
-        for stray in [json!("made-up"), json!(42), json!("server-watched-0123")] {
+        let forged = format!("server-watched-{}", "0".repeat(64));
+        for stray in [json!("made-up"), json!(42), json!(forged)] {
             assert_eq!(on_second.answer(&stray, watched.clone()).await, 202);
         }
         // An answer to a real question, but larger than any form's: not relayed either, so the
@@ -643,12 +645,25 @@ mod movies {
             "WANT_TO_WATCH"
         );
 
+        // A real question's id answered in another session (of the same user): not taken either;
+        // the session's own answer, a refusal, is.
         let mut call = on_first
             .start_call("addToWatchlist", json!({"subject": {"movieId": "7"}}))
             .await;
         let question = call.next_server_request().await;
-        assert_eq!(on_second.answer(&question["id"], watched).await, 202);
-        assert_eq!(structured(&call.response().await)["status"], "WATCHED");
+        let other_session =
+            legacy_session(&mut replicas, 2, "dee", json!({"elicitation": {}})).await;
+        assert_eq!(other_session.answer(&question["id"], watched).await, 202);
+        assert_eq!(
+            on_second
+                .answer(&question["id"], json!({"action": "decline"}))
+                .await,
+            202
+        );
+        assert_eq!(
+            structured(&call.response().await)["status"],
+            "WANT_TO_WATCH"
+        );
         // The relay carried that answer, and nothing before it.
         let first_relayed = tokio::time::timeout(
             std::time::Duration::from_secs(10),

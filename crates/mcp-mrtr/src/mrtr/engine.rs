@@ -36,7 +36,7 @@ struct Resumed {
 
 /// The engine: one per server, shared by every request.
 pub struct Engine {
-    sealer: StateSealer,
+    sealer: Arc<StateSealer>,
     store: Arc<dyn ContinuationStore>,
     state_ttl: Duration,
 }
@@ -148,10 +148,15 @@ impl Engine {
         state_ttl: Duration,
     ) -> Self {
         Self {
-            sealer,
+            sealer: Arc::new(sealer),
             store,
             state_ttl,
         }
+    }
+
+    /// The keys states are sealed with, which also vouch for a legacy session's question ids.
+    pub fn sealer(&self) -> &Arc<StateSealer> {
+        &self.sealer
     }
 
     /// Runs `handler` for one round of `call`.

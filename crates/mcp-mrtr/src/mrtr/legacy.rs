@@ -9,12 +9,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rand::RngCore as _;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::ask::{Answer, Answers, Asker, supports};
 use super::error::HandlerError;
 use super::notify::Notifier;
+use super::seal::{StateSealer, VOUCH_TAG_LEN, VOUCH_UNIQUE_LEN};
 use crate::protocol::error::excerpt;
 use crate::protocol::input::{Elicitation, InputRequest, Roots, Sampling};
 use crate::protocol::{ClientCapabilities, RequestId};
@@ -26,29 +28,62 @@ pub type ClientAnswer = Result<Value, Value>;
 /// completion fits many times over, and every replica receives each relayed answer.
 pub(crate) const MAX_RELAYED_ANSWER_BYTES: usize = 64 * 1024;
 
-/// Characters of the random part of a question's id (128 bits in hex).
-const QUESTION_ID_RANDOM_CHARS: usize = 32;
-
-/// The id of a fresh question asked for input `key`: `server-<key>-<32 hex digits>`, unguessable
-/// by anyone but the client it is sent to.
-fn question_id(key: &str) -> String {
-    format!(
-        "server-{key}-{}",
-        crate::store::ContinuationId::random().to_hex()
-    )
+/// The ids of one legacy session's questions: `server-<key>-<64 hex digits>`, a fresh random
+/// value and a tag by which the deployment's sealing keys vouch for the session, the input key and
+/// that value. Any replica can tell an answer to a question really asked in this session from
+/// one to a made-up id (or to another session's question), and takes or relays only the former.
+#[derive(Clone)]
+pub struct QuestionIds {
+    sealer: Arc<StateSealer>,
+    session: String,
 }
 
-/// Whether `id` has the form of this server's questions: a response with any other id answers
-/// nothing on any replica.
-pub(crate) fn is_question_id(id: &str) -> bool {
-    id.strip_prefix("server-")
-        .and_then(|rest| rest.rsplit_once('-'))
-        .is_some_and(|(_, random)| {
-            random.len() == QUESTION_ID_RANDOM_CHARS
-                && random
-                    .bytes()
-                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-        })
+impl QuestionIds {
+    /// The question ids of `session`, vouched for by `sealer`'s keys.
+    pub fn new(sealer: Arc<StateSealer>, session: &str) -> Self {
+        Self {
+            sealer,
+            session: session.to_owned(),
+        }
+    }
+
+    /// What the tag vouches for: the session and the input key.
+    fn message(&self, key: &str) -> Vec<u8> {
+        [self.session.as_bytes(), b"\0", key.as_bytes()].concat()
+    }
+
+    /// The id of a fresh question asked for input `key`.
+    fn fresh(&self, key: &str) -> String {
+        let mut unique = [0u8; VOUCH_UNIQUE_LEN];
+        rand::thread_rng().fill_bytes(&mut unique);
+        let tag = self.sealer.vouch(&unique, &self.message(key));
+        format!("server-{key}-{}{}", hex::encode(unique), hex::encode(tag))
+    }
+
+    /// Whether `id` is the id of a question asked in this session.
+    pub fn asked(&self, id: &str) -> bool {
+        let Some((key, vouched)) = id
+            .strip_prefix("server-")
+            .and_then(|rest| rest.rsplit_once('-'))
+        else {
+            return false;
+        };
+        let mut raw = [0u8; VOUCH_UNIQUE_LEN + VOUCH_TAG_LEN];
+        // Lower case only, as made: an id has one spelling, the one its call waits under.
+        if vouched.bytes().any(|b| b.is_ascii_uppercase())
+            || hex::decode_to_slice(vouched, &mut raw).is_err()
+        {
+            return false;
+        }
+        let (unique, tag) = raw.split_at(VOUCH_UNIQUE_LEN);
+        match (
+            <&[u8; VOUCH_UNIQUE_LEN]>::try_from(unique),
+            <&[u8; VOUCH_TAG_LEN]>::try_from(tag),
+        ) {
+            (Ok(unique), Ok(tag)) => self.sealer.vouches(unique, &self.message(key), tag),
+            _ => false,
+        }
+    }
 }
 
 /// Calls waiting for the client's answer to a server-initiated request, by request id.
@@ -99,13 +134,19 @@ impl Drop for Registration {
 #[derive(Clone)]
 pub struct LegacyPeer {
     pending: Arc<PendingAnswers>,
+    ids: QuestionIds,
     timeout: Duration,
 }
 
 impl LegacyPeer {
-    /// A peer that registers its questions in `pending` and waits up to `timeout` for each answer.
-    pub fn new(pending: Arc<PendingAnswers>, timeout: Duration) -> Self {
-        Self { pending, timeout }
+    /// A peer that registers its questions, under `ids`, in `pending` and waits up to `timeout`
+    /// for each answer.
+    pub fn new(pending: Arc<PendingAnswers>, ids: QuestionIds, timeout: Duration) -> Self {
+        Self {
+            pending,
+            ids,
+            timeout,
+        }
     }
 
     /// Sends `request` to the client on `notifier`'s stream and waits for its answer.
@@ -120,7 +161,7 @@ impl LegacyPeer {
                 "this request cannot carry server-initiated requests",
             ));
         };
-        let id_text = question_id(key);
+        let id_text = self.ids.fresh(key);
         let id = RequestId::from_value(Value::String(id_text.clone()))
             .unwrap_or_else(|| unreachable!("a string id"));
         let (_registration, answer) = self.pending.register(id_text);
@@ -223,21 +264,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_ids_of_the_servers_own_questions_are_taken_for_answers() {
-        let asked = question_id("watched");
-        assert!(is_question_id(&asked), "{asked}");
-        assert!(is_question_id(&question_id("with-dashes-in-it")));
+    fn only_ids_of_questions_asked_in_the_session_are_taken_for_answers() {
+        let sealer = Arc::new(StateSealer::generate());
+        let ids = QuestionIds::new(sealer.clone(), "session-a");
+        let asked = ids.fresh("watched");
+        assert!(ids.asked(&asked), "{asked}");
+        assert!(ids.asked(&ids.fresh("with-dashes-in-it")));
+        assert_ne!(asked, ids.fresh("watched"), "fresh each time");
+        // Another replica with the same keys takes it; another session or deployment does not.
+        let replica = StateSealer::from_spec(&StateSealer::generate_spec("x")).expect("a key");
+        assert!(QuestionIds::new(sealer.clone(), "session-a").asked(&asked));
+        assert!(!QuestionIds::new(sealer, "session-b").asked(&asked));
+        assert!(!QuestionIds::new(Arc::new(replica), "session-a").asked(&asked));
+        let random = asked
+            .rsplit_once('-')
+            .map(|(_, tail)| tail)
+            .unwrap_or_default();
         for stray in [
-            "1",
-            "server-",
-            "server-watched",
-            "client-watched-0123456789abcdef0123456789abcdef",
-            "server-watched-0123456789ABCDEF0123456789ABCDEF",
-            "server-watched-0123456789abcdef0123456789abcde",
-            "server-watched-0123456789abcdef0123456789abcdef0",
-            "server-watched-0123456789abcdef0123456789abcdeg",
+            "1".to_owned(),
+            "server-".to_owned(),
+            "server-watched".to_owned(),
+            format!("server-status-{random}"),
+            format!("client-watched-{random}"),
+            format!("server-watched-{}", random.to_uppercase()),
+            format!("server-watched-{}", &random[1..]),
+            format!("server-watched-{random}0"),
+            format!("server-watched-{}", "0".repeat(64)),
         ] {
-            assert!(!is_question_id(stray), "{stray}");
+            assert!(!ids.asked(&stray), "{stray}");
         }
     }
 

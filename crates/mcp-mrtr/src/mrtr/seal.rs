@@ -1,6 +1,8 @@
 //! Sealing `requestState`: XChaCha20-Poly1305 over a small binary payload that binds a continuation
 //! to its principal, to the request that started it and to an expiry. The key id travels in clear
 //! (and is authenticated) so keys can rotate: the first configured key seals, all of them open.
+//! The same keys vouch for short messages that do not need hiding (the ids of a legacy session's
+//! questions), so any replica can tell the ones this deployment made from made-up ones.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
@@ -14,6 +16,12 @@ const FORMAT_VERSION: u8 = 1;
 const NONCE_LEN: usize = 24;
 const TAG_LEN: usize = 16;
 const KEY_LEN: usize = 32;
+/// Bytes of the unique value a vouching tag is made under.
+pub const VOUCH_UNIQUE_LEN: usize = 16;
+/// Bytes of a vouching tag.
+pub const VOUCH_TAG_LEN: usize = TAG_LEN;
+/// Completes a vouching nonce: apart from the random nonces of sealed states.
+const VOUCH_NONCE_SUFFIX: &[u8; NONCE_LEN - VOUCH_UNIQUE_LEN] = b"vouching";
 /// expiry (8) + continuation id (16) + request digest (32), then the principal.
 const FIXED_CLAIMS_LEN: usize = 8 + 16 + 32;
 
@@ -133,6 +141,32 @@ impl StateSealer {
         URL_SAFE_NO_PAD.encode(out)
     }
 
+    /// A tag vouching for `message` under `unique`: the authenticator of the active key over
+    /// `message`, with nothing encrypted. `unique` must never be used for another message (a
+    /// fresh random value each time), as a one-time authenticator requires.
+    pub fn vouch(&self, unique: &[u8; VOUCH_UNIQUE_LEN], message: &[u8]) -> [u8; VOUCH_TAG_LEN] {
+        let (_, cipher) = &self.keys[0];
+        cipher
+            .encrypt_in_place_detached(&vouch_nonce(unique), message, &mut [])
+            .unwrap_or_else(|_| unreachable!("authenticating an in-memory buffer cannot fail"))
+            .into()
+    }
+
+    /// Whether one of the keys made `tag` for `message` under `unique`.
+    pub fn vouches(
+        &self,
+        unique: &[u8; VOUCH_UNIQUE_LEN],
+        message: &[u8],
+        tag: &[u8; VOUCH_TAG_LEN],
+    ) -> bool {
+        let nonce = vouch_nonce(unique);
+        self.keys.iter().any(|(_, cipher)| {
+            cipher
+                .decrypt_in_place_detached(&nonce, message, &mut [], &(*tag).into())
+                .is_ok()
+        })
+    }
+
     /// Opens a `requestState` and checks its integrity; the caller checks expiry and bindings.
     pub fn open(&self, state: &str) -> Result<StateClaims, SealError> {
         let mut raw = URL_SAFE_NO_PAD
@@ -176,9 +210,43 @@ impl StateSealer {
     }
 }
 
+fn vouch_nonce(unique: &[u8; VOUCH_UNIQUE_LEN]) -> XNonce {
+    let mut nonce = [0u8; NONCE_LEN];
+    nonce[..VOUCH_UNIQUE_LEN].copy_from_slice(unique);
+    nonce[VOUCH_UNIQUE_LEN..].copy_from_slice(VOUCH_NONCE_SUFFIX);
+    XNonce::from(nonce)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_vouching_tag_checks_out_for_its_message_under_any_key_of_the_ring_only() {
+        let old = StateSealer::generate_spec("old");
+        let sealer = StateSealer::from_spec(&old).expect("a key");
+        let tag = sealer.vouch(&[3; 16], b"session-a\0watched");
+        let rotated =
+            StateSealer::from_spec(&format!("{},{old}", StateSealer::generate_spec("new")))
+                .expect("two keys");
+        assert!(sealer.vouches(&[3; 16], b"session-a\0watched", &tag));
+        assert!(
+            rotated.vouches(&[3; 16], b"session-a\0watched", &tag),
+            "an older key"
+        );
+        assert!(
+            !sealer.vouches(&[3; 16], b"session-b\0watched", &tag),
+            "another message"
+        );
+        assert!(
+            !sealer.vouches(&[4; 16], b"session-a\0watched", &tag),
+            "another unique"
+        );
+        let mut bent = tag;
+        bent[0] ^= 1;
+        assert!(!sealer.vouches(&[3; 16], b"session-a\0watched", &bent));
+        assert!(!StateSealer::generate().vouches(&[3; 16], b"session-a\0watched", &tag));
+    }
 
     fn claims() -> StateClaims {
         StateClaims {

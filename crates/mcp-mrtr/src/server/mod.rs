@@ -161,6 +161,11 @@ impl Server {
         &self.info
     }
 
+    /// The MRTR engine: sealing keys, continuation store, state lifetime.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// The hub of change events that `subscriptions/listen` streams carry.
     pub fn events(&self) -> &Events {
         &self.events

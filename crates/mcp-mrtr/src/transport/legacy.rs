@@ -24,7 +24,7 @@ use super::log_budget::LogBudget;
 use super::respond::{Accept, WireError, accepted, streamed};
 use super::{Endpoint, TransportOptions, owner_of, sse};
 use crate::auth::Principal;
-use crate::mrtr::{Asker, LegacyPeer, MAX_RELAYED_ANSWER_BYTES, PendingAnswers, is_question_id};
+use crate::mrtr::{Asker, LegacyPeer, MAX_RELAYED_ANSWER_BYTES, PendingAnswers, QuestionIds};
 use crate::observe;
 use crate::protocol::error::excerpt;
 use crate::protocol::jsonrpc::{notification_bytes, success_bytes};
@@ -204,7 +204,7 @@ pub(super) async fn post(
     match incoming {
         Incoming::Notification { .. } => Ok(accepted()),
         Incoming::Response { id, outcome } => {
-            deliver_answer(endpoint, &id, outcome);
+            deliver_answer(endpoint, &session_id, &id, outcome);
             Ok(accepted())
         }
         Incoming::Request { id, method, params } => serve_request(
@@ -291,6 +291,7 @@ async fn serve_request(
     };
     let peer: Arc<dyn Asker> = Arc::new(LegacyPeer::new(
         endpoint.legacy.pending.clone(),
+        question_ids(endpoint, &session_id),
         endpoint.legacy.request_timeout,
     ));
     // Legacy calls park no continuation (their questions are asked live), but the share is the
@@ -570,12 +571,23 @@ async fn save(
         .map_err(ProtocolError::from)
 }
 
+/// The ids of `session`'s questions, vouched for by the keys every replica shares.
+fn question_ids(endpoint: &Endpoint, session: &str) -> QuestionIds {
+    QuestionIds::new(endpoint.server.engine().sealer().clone(), session)
+}
+
 /// Hands a client's answer to the call waiting for it: on this replica, or through the relay to
-/// the replica where the call waits. A response whose id this server never gives its questions,
-/// or too large to send every replica, is not relayed.
-fn deliver_answer(endpoint: &Endpoint, id: &RequestId, outcome: Result<Value, Value>) {
-    let Some(key) = id.as_value().as_str().filter(|key| is_question_id(key)) else {
-        tracing::debug!("ignored a response to no question of this server");
+/// the replica where the call waits. A response to no question asked in its session, or too large
+/// to send every replica, is not relayed.
+fn deliver_answer(
+    endpoint: &Endpoint,
+    session: &str,
+    id: &RequestId,
+    outcome: Result<Value, Value>,
+) {
+    let ids = question_ids(endpoint, session);
+    let Some(key) = id.as_value().as_str().filter(|key| ids.asked(key)) else {
+        tracing::debug!("ignored a response to no question asked in its session");
         return;
     };
     let wire = match &outcome {
