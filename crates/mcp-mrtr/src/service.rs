@@ -185,7 +185,8 @@ fn engine(settings: &Settings, store: Arc<dyn ContinuationStore>) -> anyhow::Res
         None => {
             tracing::warn!(
                 "no requestState sealing keys configured: generated a development key; \
-                 states will not survive a restart or open on another replica"
+                 states will not survive a restart or open on another replica, and a legacy \
+                 client's answer is taken only by the replica that asked"
             );
             StateSealer::generate()
         }

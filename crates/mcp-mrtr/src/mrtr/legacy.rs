@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rand::RngCore as _;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
@@ -27,6 +26,9 @@ pub type ClientAnswer = Result<Value, Value>;
 /// Largest answer to one question that is relayed to the other replicas: a form's content or a
 /// completion fits many times over, and every replica receives each relayed answer.
 pub(crate) const MAX_RELAYED_ANSWER_BYTES: usize = 64 * 1024;
+
+/// What a question id's tag is for, so tags the keys make for other purposes never pass for one.
+const QUESTION_ID_CONTEXT: &[u8] = b"mcp-mrtr/legacy-question-id/v1\0";
 
 /// The ids of one legacy session's questions: `server-<key>-<64 hex digits>`, a fresh random
 /// value and a tag by which the deployment's sealing keys vouch for the session, the input key and
@@ -47,16 +49,19 @@ impl QuestionIds {
         }
     }
 
-    /// What the tag vouches for: the session and the input key.
+    /// What the tag vouches for: its purpose, the session (its length first, so no session and
+    /// key can pass for another pair) and the input key.
     fn message(&self, key: &str) -> Vec<u8> {
-        [self.session.as_bytes(), b"\0", key.as_bytes()].concat()
+        let session = self.session.as_bytes();
+        let length = u32::try_from(session.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes();
+        [QUESTION_ID_CONTEXT, &length, session, key.as_bytes()].concat()
     }
 
     /// The id of a fresh question asked for input `key`.
     fn fresh(&self, key: &str) -> String {
-        let mut unique = [0u8; VOUCH_UNIQUE_LEN];
-        rand::thread_rng().fill_bytes(&mut unique);
-        let tag = self.sealer.vouch(&unique, &self.message(key));
+        let (unique, tag) = self.sealer.vouch(&self.message(key));
         format!("server-{key}-{}{}", hex::encode(unique), hex::encode(tag))
     }
 

@@ -141,15 +141,18 @@ impl StateSealer {
         URL_SAFE_NO_PAD.encode(out)
     }
 
-    /// A tag vouching for `message` under `unique`: the authenticator of the active key over
-    /// `message`, with nothing encrypted. `unique` must never be used for another message (a
-    /// fresh random value each time), as a one-time authenticator requires.
-    pub fn vouch(&self, unique: &[u8; VOUCH_UNIQUE_LEN], message: &[u8]) -> [u8; VOUCH_TAG_LEN] {
+    /// A fresh random value and a tag under it vouching for `message`: the authenticator of the
+    /// active key over `message`, with nothing encrypted (the value is drawn here, so no two
+    /// messages share one, as a one-time authenticator requires). Callers put their own context
+    /// in `message`, so tags made for one purpose do not check out for another.
+    pub fn vouch(&self, message: &[u8]) -> ([u8; VOUCH_UNIQUE_LEN], [u8; VOUCH_TAG_LEN]) {
+        let mut unique = [0u8; VOUCH_UNIQUE_LEN];
+        rand::thread_rng().fill_bytes(&mut unique);
         let (_, cipher) = &self.keys[0];
-        cipher
-            .encrypt_in_place_detached(&vouch_nonce(unique), message, &mut [])
-            .unwrap_or_else(|_| unreachable!("authenticating an in-memory buffer cannot fail"))
-            .into()
+        let tag = cipher
+            .encrypt_in_place_detached(&vouch_nonce(&unique), message, &mut [])
+            .unwrap_or_else(|_| unreachable!("authenticating an in-memory buffer cannot fail"));
+        (unique, tag.into())
     }
 
     /// Whether one of the keys made `tag` for `message` under `unique`.
@@ -225,27 +228,34 @@ mod tests {
     fn a_vouching_tag_checks_out_for_its_message_under_any_key_of_the_ring_only() {
         let old = StateSealer::generate_spec("old");
         let sealer = StateSealer::from_spec(&old).expect("a key");
-        let tag = sealer.vouch(&[3; 16], b"session-a\0watched");
+        let (unique, tag) = sealer.vouch(b"session-a\0watched");
+        assert_ne!(
+            sealer.vouch(b"session-a\0watched").0,
+            unique,
+            "fresh each time"
+        );
         let rotated =
             StateSealer::from_spec(&format!("{},{old}", StateSealer::generate_spec("new")))
                 .expect("two keys");
-        assert!(sealer.vouches(&[3; 16], b"session-a\0watched", &tag));
+        assert!(sealer.vouches(&unique, b"session-a\0watched", &tag));
         assert!(
-            rotated.vouches(&[3; 16], b"session-a\0watched", &tag),
+            rotated.vouches(&unique, b"session-a\0watched", &tag),
             "an older key"
         );
         assert!(
-            !sealer.vouches(&[3; 16], b"session-b\0watched", &tag),
+            !sealer.vouches(&unique, b"session-b\0watched", &tag),
             "another message"
         );
+        let mut other = unique;
+        other[0] ^= 1;
         assert!(
-            !sealer.vouches(&[4; 16], b"session-a\0watched", &tag),
-            "another unique"
+            !sealer.vouches(&other, b"session-a\0watched", &tag),
+            "another value"
         );
         let mut bent = tag;
         bent[0] ^= 1;
-        assert!(!sealer.vouches(&[3; 16], b"session-a\0watched", &bent));
-        assert!(!StateSealer::generate().vouches(&[3; 16], b"session-a\0watched", &tag));
+        assert!(!sealer.vouches(&unique, b"session-a\0watched", &bent));
+        assert!(!StateSealer::generate().vouches(&unique, b"session-a\0watched", &tag));
     }
 
     fn claims() -> StateClaims {
