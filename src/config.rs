@@ -56,8 +56,13 @@ pub struct ServeArgs {
     pub redis_count_secs: u64,
 
     /// Legacy (2025-11-25) sessions: how long a tool waits for the client's answer to an
-    /// elicitation or sampling request, in seconds.
-    #[arg(long, env = "MOVIEDB_LEGACY_REQUEST_TIMEOUT", default_value_t = 20)]
+    /// elicitation or sampling request, in seconds (1 to 86,400).
+    #[arg(
+        long,
+        env = "MOVIEDB_LEGACY_REQUEST_TIMEOUT",
+        default_value_t = 20,
+        value_parser = clap::value_parser!(u64).range(1..=86_400)
+    )]
     pub legacy_request_timeout_secs: u64,
 
     /// Legacy (2025-11-25) sessions: how long a session lives unused, in seconds; each request
@@ -197,7 +202,7 @@ impl ServeArgs {
             max_streams: self.max_streams,
             max_streams_per_owner: self.max_streams_per_caller,
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
-            legacy_request_timeout: Duration::from_secs(self.legacy_request_timeout_secs.max(1)),
+            legacy_request_timeout: Duration::from_secs(self.legacy_request_timeout_secs),
             legacy_session_idle: Duration::from_secs(self.legacy_session_idle_secs.max(1)),
             legacy_session_max: Duration::from_secs(self.legacy_session_max_secs.max(1)),
             tasks: mcp_mrtr::tasks::TaskSettings {

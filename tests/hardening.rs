@@ -973,6 +973,37 @@ async fn listen_streams_are_bounded_per_caller_and_in_all() {
     assert!(refused.is_some_and(|refused| refused >= 1.0));
 }
 
+#[tokio::test]
+async fn by_default_long_lived_streams_hold_at_most_half_the_connections() {
+    let launch = Launch::with_args(["--max-connections", "10"]);
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let ann = server.user("ann");
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        let mut stream = listen_as(&ann).await;
+        acknowledged(&mut stream).await;
+        held.push(stream);
+    }
+    let refused = listen_as(&server.user("ben")).await;
+    assert_eq!(refused.status, 503, "a sixth stream of ten connections");
+    // The other half serves requests.
+    let list = ann.request("tools/list").send().await;
+    assert!(
+        list.result().get("tools").is_some(),
+        "requests are served with the streams at their cap: {}",
+        list.body_text()
+    );
+    assert_eq!(metric(&server, "mcp_streams_open ").await, Some(5.0));
+    assert_eq!(
+        metric(&server, "mcp_streams_replaced_total ")
+            .await
+            .unwrap_or_default(),
+        0.0,
+        "none of the five was ended to make room"
+    );
+    drop(held);
+}
+
 /// Lines of `log` saying `what`, and the sum of their `held_back` counts.
 fn lines_and_held_back(log: &str, what: &str) -> (u64, u64) {
     let lines: Vec<&str> = log.lines().filter(|line| line.contains(what)).collect();

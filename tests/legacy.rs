@@ -619,6 +619,19 @@ mod movies {
         ))
     }
 
+    /// The next answer published on the relay.
+    async fn next_relayed(
+        relayed: &mut std::pin::Pin<Box<dyn futures::Stream<Item = Value> + Send>>,
+    ) -> Value {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            futures::StreamExt::next(relayed),
+        )
+        .await
+        .expect("an answer was relayed")
+        .expect("the subscription is open")
+    }
+
     #[tokio::test]
     async fn only_answers_to_questions_asked_in_their_session_are_relayed() {
         let mut replicas = replicas().await;
@@ -628,7 +641,7 @@ mod movies {
         // Responses to questions nobody asked: taken (202) and dropped, not sent to every replica,
         // whatever their shape (the last has the shape of a real question's id).
         let watched = json!({"action": "accept", "content": {"status": "WATCHED"}});
-        let forged = format!("server-watched-{}", "0".repeat(64));
+        let forged = format!("server-watched-{}", "0".repeat(80));
         for stray in [json!("made-up"), json!(42), json!(forged)] {
             assert_eq!(on_second.answer(&stray, watched.clone()).await, 202);
         }
@@ -665,17 +678,61 @@ mod movies {
             "WANT_TO_WATCH"
         );
         // The relay carried that answer, and nothing before it.
-        let first_relayed = tokio::time::timeout(
-            std::time::Duration::from_secs(10),
-            futures::StreamExt::next(&mut relayed),
-        )
-        .await
-        .expect("an answer was relayed")
-        .expect("the subscription is open");
+        let first_relayed = next_relayed(&mut relayed).await;
         assert_eq!(
             first_relayed["id"], question["id"],
             "the first message on the relay: {first_relayed}"
         );
+
+        // The same answer sent again and again, to either replica, while the question's id is
+        // good (2 s of wait and 5 s for clocks): never relayed again.
+        let replaying = std::time::Instant::now();
+        for _ in 0..20 {
+            for replica in [&on_first, &on_second] {
+                let again = replica.answer(&question["id"], json!({"action": "decline"}));
+                assert_eq!(again.await, 202);
+            }
+        }
+        assert!(
+            replaying.elapsed() < std::time::Duration::from_secs(5),
+            "the copies went while the id was good, else the check below proves nothing"
+        );
+        // The next message on the relay is the next question's answer.
+        let mut call = on_first
+            .start_call("addToWatchlist", json!({"subject": {"movieId": "8"}}))
+            .await;
+        let next_question = call.next_server_request().await;
+        let watched = json!({"action": "accept", "content": {"status": "WATCHED"}});
+        let answered = on_second.answer(&next_question["id"], watched);
+        assert_eq!(answered.await, 202);
+        assert_eq!(structured(&call.response().await)["status"], "WATCHED");
+        let second_relayed = next_relayed(&mut relayed).await;
+        assert_eq!(
+            second_relayed["id"], next_question["id"],
+            "the message after the first on the relay: {second_relayed}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_anonymous_clients_model_is_asked_each_time_as_its_words_are_kept_for_nobody() {
+        let mut replicas = replicas().await;
+        let anonymous = LegacyClient::new(replicas.replica(1).url(), None)
+            .initialize(json!({"sampling": {}}))
+            .await;
+        for verdict in ["First take.", "Second take."] {
+            let mut call = anonymous
+                .start_call("summarizeMovieReviews", json!({"movieId": "5"}))
+                .await;
+            let request = call.next_server_request().await;
+            assert_eq!(
+                request["method"], "sampling/createMessage",
+                "asked again, nothing kept from before: {request}"
+            );
+            let text = format!("SUMMARY: {verdict}\nTHEMES: takes");
+            let reply = json!({"role": "assistant", "content": {"type": "text", "text": text}, "model": "anonymous-model"});
+            anonymous.answer(&request["id"], reply).await;
+            assert_eq!(structured(&call.response().await)["summary"], verdict);
+        }
     }
 
     #[tokio::test]

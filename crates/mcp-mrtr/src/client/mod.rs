@@ -44,6 +44,8 @@ pub use sse::EventStream;
 /// Upper bound for any single HTTP exchange, so a broken server fails a test instead of hanging
 /// it.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Tries at reading the tool list (for output schemas) before a client gives up.
+const LIST_ATTEMPTS: u32 = 5;
 
 type Observer = Arc<dyn Fn(&str, &Value) + Send + Sync>;
 
@@ -174,14 +176,22 @@ impl Client {
         let schemas = self
             .output_schemas
             .get_or_init(|| async {
-                // Read directly rather than through `send`, which is what called us.
-                let body: Value = self
-                    .request("tools/list")
-                    .response(REQUEST_TIMEOUT)
-                    .await
-                    .json()
-                    .await
-                    .unwrap_or_else(|e| panic!("tools/list did not answer JSON: {e}"));
+                // Read directly rather than through `send`, which is what called us. A balancer
+                // in front of a replica going down may answer a moment with its own error page.
+                let mut attempts = 1;
+                let body: Value = loop {
+                    let answer = self.request("tools/list").response(REQUEST_TIMEOUT).await;
+                    match answer.json().await {
+                        Ok(body) => break body,
+                        Err(e) if attempts == LIST_ATTEMPTS => {
+                            panic!("tools/list did not answer JSON, {attempts} times: {e}")
+                        }
+                        Err(_) => {
+                            attempts += 1;
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                    }
+                };
                 body["result"]["tools"]
                     .as_array()
                     .unwrap_or_else(|| panic!("tools/list without tools: {body}"))

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -23,17 +23,22 @@ use crate::protocol::{ClientCapabilities, RequestId};
 /// How a server-initiated request ended: the client's `result`, or its `error` object.
 pub type ClientAnswer = Result<Value, Value>;
 
-/// Largest answer to one question that is relayed to the other replicas: a form's content or a
-/// completion fits many times over, and every replica receives each relayed answer.
-pub(crate) const MAX_RELAYED_ANSWER_BYTES: usize = 64 * 1024;
-
 /// What a question id's tag is for, so tags the keys make for other purposes never pass for one.
-const QUESTION_ID_CONTEXT: &[u8] = b"mcp-mrtr/legacy-question-id/v1\0";
+const QUESTION_ID_CONTEXT: &[u8] = b"mcp-mrtr/legacy-question-id/v2\0";
+/// How long past its question's deadline an id is still good, as replicas' clocks differ a little.
+const CLOCK_SKEW_ALLOWANCE: Duration = Duration::from_secs(5);
+/// Bytes of a question id's deadline (seconds since the Unix epoch, big-endian).
+const DEADLINE_LEN: usize = 8;
+/// The latest deadline an id carries (about 34,000 years from 1970), whatever the wait: any
+/// later and the time it stands for could not be worked out.
+const LATEST_DEADLINE: u64 = 1 << 40;
 
-/// The ids of one legacy session's questions: `server-<key>-<64 hex digits>`, a fresh random
-/// value and a tag by which the deployment's sealing keys vouch for the session, the input key and
-/// that value. Any replica can tell an answer to a question really asked in this session from
-/// one to a made-up id (or to another session's question), and takes or relays only the former.
+/// The ids of one legacy session's questions: `server-<key>-<80 hex digits>`, the question's
+/// deadline, a fresh random value and a tag by which the deployment's sealing keys vouch for the
+/// session, the input key, the deadline and that value. Any replica can tell an answer to a
+/// question asked in this session, and not yet given up on, from one to a made-up id, to another
+/// session's question or to a question long past: a replica takes an answer only to one of the
+/// session's questions, and relays it only while its wait may still be on.
 #[derive(Clone)]
 pub struct QuestionIds {
     sealer: Arc<StateSealer>,
@@ -50,44 +55,64 @@ impl QuestionIds {
     }
 
     /// What the tag vouches for: its purpose, the session (its length first, so no session and
-    /// key can pass for another pair) and the input key.
-    fn message(&self, key: &str) -> Vec<u8> {
+    /// key can pass for another pair), the deadline and the input key.
+    fn message(&self, key: &str, deadline: [u8; DEADLINE_LEN]) -> Vec<u8> {
         let session = self.session.as_bytes();
         let length = u32::try_from(session.len())
             .unwrap_or(u32::MAX)
             .to_be_bytes();
-        [QUESTION_ID_CONTEXT, &length, session, key.as_bytes()].concat()
+        [
+            QUESTION_ID_CONTEXT,
+            &length,
+            session,
+            &deadline,
+            key.as_bytes(),
+        ]
+        .concat()
     }
 
-    /// The id of a fresh question asked for input `key`.
-    fn fresh(&self, key: &str) -> String {
-        let (unique, tag) = self.sealer.vouch(&self.message(key));
-        format!("server-{key}-{}{}", hex::encode(unique), hex::encode(tag))
+    /// The id of a fresh question asked for input `key`, waiting up to `wait` for its answer.
+    fn fresh(&self, key: &str, wait: Duration) -> String {
+        let deadline = SystemTime::now()
+            .checked_add(wait)
+            .and_then(|end| end.duration_since(UNIX_EPOCH).ok())
+            // Rounded up: the id outlives the wait, never the other way round.
+            .map_or(LATEST_DEADLINE, |end| {
+                end.as_secs() + u64::from(end.subsec_nanos() > 0)
+            })
+            .min(LATEST_DEADLINE)
+            .to_be_bytes();
+        let (unique, tag) = self.sealer.vouch(&self.message(key, deadline));
+        format!(
+            "server-{key}-{}{}{}",
+            hex::encode(deadline),
+            hex::encode(unique),
+            hex::encode(tag)
+        )
     }
 
-    /// Whether `id` is the id of a question asked in this session.
-    pub fn asked(&self, id: &str) -> bool {
-        let Some((key, vouched)) = id
-            .strip_prefix("server-")
-            .and_then(|rest| rest.rsplit_once('-'))
-        else {
-            return false;
-        };
-        let mut raw = [0u8; VOUCH_UNIQUE_LEN + VOUCH_TAG_LEN];
+    /// If `id` is the id of a question asked in this session, the time after which nobody waits
+    /// for its answer any more (its deadline, plus a few seconds for replicas' clocks); `None`
+    /// for any other id.
+    pub fn answer_deadline(&self, id: &str) -> Option<SystemTime> {
+        let (key, vouched) = id.strip_prefix("server-")?.rsplit_once('-')?;
+        let mut raw = [0u8; DEADLINE_LEN + VOUCH_UNIQUE_LEN + VOUCH_TAG_LEN];
         // Lower case only, as made: an id has one spelling, the one its call waits under.
         if vouched.bytes().any(|b| b.is_ascii_uppercase())
             || hex::decode_to_slice(vouched, &mut raw).is_err()
         {
-            return false;
+            return None;
         }
-        let (unique, tag) = raw.split_at(VOUCH_UNIQUE_LEN);
-        match (
-            <&[u8; VOUCH_UNIQUE_LEN]>::try_from(unique),
-            <&[u8; VOUCH_TAG_LEN]>::try_from(tag),
-        ) {
-            (Ok(unique), Ok(tag)) => self.sealer.vouches(unique, &self.message(key), tag),
-            _ => false,
-        }
+        let (deadline, rest) = raw.split_at(DEADLINE_LEN);
+        let (unique, tag) = rest.split_at(VOUCH_UNIQUE_LEN);
+        let deadline = <[u8; DEADLINE_LEN]>::try_from(deadline).ok()?;
+        let vouched = self.sealer.vouches(
+            <&[u8; VOUCH_UNIQUE_LEN]>::try_from(unique).ok()?,
+            &self.message(key, deadline),
+            <&[u8; VOUCH_TAG_LEN]>::try_from(tag).ok()?,
+        );
+        let seconds = u64::from_be_bytes(deadline).min(LATEST_DEADLINE);
+        vouched.then(|| UNIX_EPOCH + Duration::from_secs(seconds) + CLOCK_SKEW_ALLOWANCE)
     }
 }
 
@@ -166,7 +191,7 @@ impl LegacyPeer {
                 "this request cannot carry server-initiated requests",
             ));
         };
-        let id_text = self.ids.fresh(key);
+        let id_text = self.ids.fresh(key, self.timeout);
         let id = RequestId::from_value(Value::String(id_text.clone()))
             .unwrap_or_else(|| unreachable!("a string id"));
         let (_registration, answer) = self.pending.register(id_text);
@@ -268,36 +293,69 @@ fn interpret(key: &str, request: &InputRequest, answer: ClientAnswer) -> Answer 
 mod tests {
     use super::*;
 
+    const WAIT: Duration = Duration::from_secs(60);
+
     #[test]
     fn only_ids_of_questions_asked_in_the_session_are_taken_for_answers() {
         let sealer = Arc::new(StateSealer::generate());
         let ids = QuestionIds::new(sealer.clone(), "session-a");
-        let asked = ids.fresh("watched");
-        assert!(ids.asked(&asked), "{asked}");
-        assert!(ids.asked(&ids.fresh("with-dashes-in-it")));
-        assert_ne!(asked, ids.fresh("watched"), "fresh each time");
+        let asked = ids.fresh("watched", WAIT);
+        assert!(ids.answer_deadline(&asked).is_some(), "{asked}");
+        assert!(
+            ids.answer_deadline(&ids.fresh("with-dashes-in-it", WAIT))
+                .is_some()
+        );
+        assert_ne!(asked, ids.fresh("watched", WAIT), "fresh each time");
         // Another replica with the same keys takes it; another session or deployment does not.
         let replica = StateSealer::from_spec(&StateSealer::generate_spec("x")).expect("a key");
-        assert!(QuestionIds::new(sealer.clone(), "session-a").asked(&asked));
-        assert!(!QuestionIds::new(sealer, "session-b").asked(&asked));
-        assert!(!QuestionIds::new(Arc::new(replica), "session-a").asked(&asked));
-        let random = asked
+        let taken = |ids: QuestionIds| ids.answer_deadline(&asked).is_some();
+        assert!(taken(QuestionIds::new(sealer.clone(), "session-a")));
+        assert!(!taken(QuestionIds::new(sealer, "session-b")));
+        assert!(!taken(QuestionIds::new(Arc::new(replica), "session-a")));
+        let tail = asked
             .rsplit_once('-')
             .map(|(_, tail)| tail)
             .unwrap_or_default();
+        // The same random value and tag under a deadline an hour later: the tag vouches for the
+        // first.
+        let deadline = u64::from_str_radix(&tail[..16], 16).expect("a hex deadline");
+        let later = format!("{:016x}{}", deadline + 3600, &tail[16..]);
         for stray in [
             "1".to_owned(),
             "server-".to_owned(),
             "server-watched".to_owned(),
-            format!("server-status-{random}"),
-            format!("client-watched-{random}"),
-            format!("server-watched-{}", random.to_uppercase()),
-            format!("server-watched-{}", &random[1..]),
-            format!("server-watched-{random}0"),
-            format!("server-watched-{}", "0".repeat(64)),
+            format!("server-status-{tail}"),
+            format!("client-watched-{tail}"),
+            format!("server-watched-{}", tail.to_uppercase()),
+            format!("server-watched-{}", &tail[1..]),
+            format!("server-watched-{tail}0"),
+            format!("server-watched-{}", "0".repeat(80)),
+            format!("server-watched-{later}"),
         ] {
-            assert!(!ids.asked(&stray), "{stray}");
+            assert!(ids.answer_deadline(&stray).is_none(), "{stray}");
         }
+    }
+
+    #[test]
+    fn an_id_carries_the_end_of_its_questions_wait_and_a_little_more() {
+        let ids = QuestionIds::new(Arc::new(StateSealer::generate()), "session-a");
+        for wait in [WAIT, Duration::from_millis(1_500)] {
+            let asked_at = SystemTime::now();
+            let deadline = ids
+                .answer_deadline(&ids.fresh("watched", wait))
+                .expect("one of the session's ids");
+            assert!(
+                deadline >= asked_at + wait + CLOCK_SKEW_ALLOWANCE,
+                "{wait:?}"
+            );
+            assert!(deadline <= asked_at + wait + CLOCK_SKEW_ALLOWANCE + Duration::from_secs(2));
+        }
+        // A wait too long to write down still makes an id, good for as long as can be said.
+        let endless = ids.fresh("watched", Duration::MAX);
+        assert_eq!(
+            ids.answer_deadline(&endless),
+            Some(UNIX_EPOCH + Duration::from_secs(LATEST_DEADLINE) + CLOCK_SKEW_ALLOWANCE)
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub use redis_connection::{
     Connected as ConnectedRedis, RedisConnection, RedisStoreConfig, connect as connect_redis,
     query as redis_query,
 };
-pub use redis_events::RedisEventRelay;
+pub use redis_events::{RedisEventRelay, RelayPublisher};
 pub use redis_live::DEFAULT_SWEEP_EVERY;
 pub use tasks::{MemoryTaskStore, TaskStore, Versioned};
 

@@ -28,12 +28,18 @@ const INCOMING_BUFFER: usize = 256;
 /// A replica's end of the event channel: publishes, and yields every message any replica
 /// published (its own included). Dropping it ends the subscription.
 pub struct RedisEventRelay {
+    publisher: RelayPublisher,
+    incoming: mpsc::Receiver<Vec<u8>>,
+}
+
+/// The publishing side of a [`RedisEventRelay`], for a task of its own.
+#[derive(Clone)]
+pub struct RelayPublisher {
     connection: RedisConnection,
     /// On a Redis Cluster: sharded pub/sub (`SPUBLISH`).
     sharded: bool,
     channel: String,
     timeout: Duration,
-    incoming: mpsc::Receiver<Vec<u8>>,
 }
 
 impl RedisEventRelay {
@@ -58,19 +64,38 @@ impl RedisEventRelay {
             tokio::spawn(subscriber.run(subscription));
         }
         Ok(Self {
-            connection: connected.connection,
-            sharded,
-            channel,
-            timeout: config.timeout,
+            publisher: RelayPublisher {
+                connection: connected.connection,
+                sharded,
+                channel,
+                timeout: config.timeout,
+            },
             incoming,
         })
     }
 
     /// The channel every replica publishes on.
     pub fn channel(&self) -> &str {
-        &self.channel
+        &self.publisher.channel
     }
 
+    /// Publishes `payload`; returns how many subscribers (replicas, this one included) got it.
+    pub async fn publish(&self, payload: &[u8]) -> Result<u64, StoreError> {
+        self.publisher.publish(payload).await
+    }
+
+    /// A publisher on the same channel, for a task of its own.
+    pub fn publisher(&self) -> RelayPublisher {
+        self.publisher.clone()
+    }
+
+    /// The next message published by any replica; `None` only once the subscription has ended.
+    pub async fn next_message(&mut self) -> Option<Vec<u8>> {
+        self.incoming.recv().await
+    }
+}
+
+impl RelayPublisher {
     /// Publishes `payload`; returns how many subscribers (replicas, this one included) got it.
     pub async fn publish(&self, payload: &[u8]) -> Result<u64, StoreError> {
         let verb = if self.sharded { "SPUBLISH" } else { "PUBLISH" };
@@ -78,9 +103,31 @@ impl RedisEventRelay {
         query(&self.connection, self.timeout, &command).await
     }
 
-    /// The next message published by any replica; `None` only once the subscription has ended.
-    pub async fn next_message(&mut self) -> Option<Vec<u8>> {
-        self.incoming.recv().await
+    /// Whether this is the first claim on `name` (among every replica's claims on this channel)
+    /// in the last `lasting`: a marker `<channel>:<name>` set only if absent, kept that long.
+    pub async fn first_claim(&self, name: &str, lasting: Duration) -> Result<bool, StoreError> {
+        let millis = u64::try_from(lasting.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let command = redis::cmd("SET")
+            .arg(format!("{}:{name}", self.channel))
+            .arg(1)
+            .arg("NX")
+            .arg("PX")
+            .arg(millis)
+            .clone();
+        let set: Option<String> = query(&self.connection, self.timeout, &command).await?;
+        Ok(set.is_some())
+    }
+
+    /// Gives up the claim on `name`, so that another claim can be the first.
+    pub async fn release_claim(&self, name: &str) -> Result<(), StoreError> {
+        let command = redis::cmd("DEL")
+            .arg(format!("{}:{name}", self.channel))
+            .clone();
+        query::<u64>(&self.connection, self.timeout, &command)
+            .await
+            .map(|_| ())
     }
 }
 

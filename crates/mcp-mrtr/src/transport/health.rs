@@ -16,9 +16,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
-use futures::FutureExt as _;
-use futures::future::{BoxFuture, Shared};
 use serde_json::{Map, Value, json};
+use tokio::sync::watch;
 
 use super::Drain;
 
@@ -57,9 +56,7 @@ impl Readiness {
             .push((name.to_owned(), Arc::new(move || Box::pin(check()))));
         self
     }
-}
 
-impl Readiness {
     /// Runs every check at once, each within [`CHECK_DEADLINE`].
     async fn run(&self) -> Outcomes {
         futures::future::join_all(self.checks.iter().map(|(name, check)| async move {
@@ -80,15 +77,54 @@ impl Readiness {
 struct Health {
     readiness: Readiness,
     drain: Drain,
-    /// The last round of checks, and when it started.
-    last: Mutex<Option<(Round, Instant)>>,
+    /// The last round of checks.
+    last: Mutex<Option<Round>>,
 }
-
-/// A round of checks running on its own task, awaited by every probe that wants its outcome.
-type Round = Shared<BoxFuture<'static, Arc<Outcomes>>>;
 
 /// Each check's name and outcome.
 type Outcomes = Vec<(String, Result<(), String>)>;
+
+/// A round of checks running on its own task, whose outcome every probe that wants it awaits.
+#[derive(Clone)]
+struct Round {
+    /// `None` until the round ends; the sender is dropped without a value if its task fails.
+    outcome: watch::Receiver<Option<Arc<Outcomes>>>,
+    started: Instant,
+}
+
+impl Round {
+    fn start(readiness: Readiness) -> Self {
+        let (tell, outcome) = watch::channel(None);
+        tokio::spawn(async move {
+            let outcomes = readiness.run().await;
+            tell.send_replace(Some(Arc::new(outcomes)));
+        });
+        Self {
+            outcome,
+            started: Instant::now(),
+        }
+    }
+
+    /// Whether a probe asking now gets this round's outcome: while it runs, and for a while after
+    /// its start.
+    fn answers_now(&self) -> bool {
+        let running = self.outcome.borrow().is_none() && self.outcome.has_changed().is_ok();
+        running || self.started.elapsed() < REUSED_FOR
+    }
+
+    async fn outcomes(mut self) -> Arc<Outcomes> {
+        let ended = self.outcome.wait_for(Option::is_some).await;
+        ended
+            .ok()
+            .and_then(|outcome| outcome.clone())
+            .unwrap_or_else(|| {
+                Arc::new(vec![(
+                    "checks".to_owned(),
+                    Err("the checks failed to run".to_owned()),
+                )])
+            })
+    }
+}
 
 impl Health {
     /// The outcome of the last round of checks while it runs or is recent, of a new one
@@ -97,35 +133,15 @@ impl Health {
         let round = {
             let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
             match &*last {
-                Some((round, started))
-                    if round.peek().is_none() || started.elapsed() < REUSED_FOR =>
-                {
-                    round.clone()
-                }
+                Some(round) if round.answers_now() => round.clone(),
                 _ => {
-                    let round = self.start_round();
-                    *last = Some((round.clone(), Instant::now()));
+                    let round = Round::start(self.readiness.clone());
+                    *last = Some(round.clone());
                     round
                 }
             }
         };
-        round.await
-    }
-
-    fn start_round(&self) -> Round {
-        let readiness = self.readiness.clone();
-        let running = tokio::spawn(async move { readiness.run().await });
-        async move {
-            let outcomes = running.await.unwrap_or_else(|_| {
-                vec![(
-                    "checks".to_owned(),
-                    Err("the checks failed to run".to_owned()),
-                )]
-            });
-            Arc::new(outcomes)
-        }
-        .boxed()
-        .shared()
+        round.outcomes().await
     }
 }
 

@@ -19,12 +19,13 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::answer_relay::AnswerRelay;
 use super::headers::header_text;
 use super::log_budget::LogBudget;
 use super::respond::{Accept, WireError, accepted, streamed};
 use super::{Endpoint, TransportOptions, owner_of, sse};
 use crate::auth::Principal;
-use crate::mrtr::{Asker, LegacyPeer, MAX_RELAYED_ANSWER_BYTES, PendingAnswers, QuestionIds};
+use crate::mrtr::{Asker, LegacyPeer, PendingAnswers, QuestionIds};
 use crate::observe;
 use crate::protocol::error::excerpt;
 use crate::protocol::jsonrpc::{notification_bytes, success_bytes};
@@ -71,8 +72,8 @@ pub(super) struct LegacyWire {
     sessions: Arc<dyn SessionStore>,
     /// Calls waiting here for a client's answer to a server-initiated request.
     pending: Arc<PendingAnswers>,
-    /// Answers for calls waiting on other replicas, on their way to the relay.
-    answers_elsewhere: Option<mpsc::Sender<Vec<u8>>>,
+    /// Carries answers to calls waiting on other replicas.
+    answers_elsewhere: Option<AnswerRelay>,
 }
 
 impl LegacyWire {
@@ -83,7 +84,7 @@ impl LegacyWire {
             .legacy
             .answer_relay
             .take()
-            .map(|relay| relay_answers(relay, pending.clone()));
+            .map(|relay| AnswerRelay::start(relay, pending.clone()));
         Self {
             request_timeout: options.legacy.request_timeout,
             session_idle: options.legacy.session_idle,
@@ -577,8 +578,7 @@ fn question_ids(endpoint: &Endpoint, session: &str) -> QuestionIds {
 }
 
 /// Hands a client's answer to the call waiting for it: on this replica, or through the relay to
-/// the replica where the call waits. A response to no question asked in its session, or too large
-/// to send every replica, is not relayed.
+/// the replica where the call waits. A response to no question asked in its session is dropped.
 fn deliver_answer(
     endpoint: &Endpoint,
     session: &str,
@@ -586,7 +586,11 @@ fn deliver_answer(
     outcome: Result<Value, Value>,
 ) {
     let ids = question_ids(endpoint, session);
-    let Some(key) = id.as_value().as_str().filter(|key| ids.asked(key)) else {
+    let Some((key, deadline)) = id
+        .as_value()
+        .as_str()
+        .and_then(|key| Some((key, ids.answer_deadline(key)?)))
+    else {
         tracing::debug!("ignored a response to no question asked in its session");
         return;
     };
@@ -594,80 +598,28 @@ fn deliver_answer(
         Ok(result) => json!({ "id": key, "result": result }),
         Err(error) => json!({ "id": key, "error": error }),
     };
-    if endpoint.legacy.pending.deliver(key, outcome) {
-        return;
-    }
-    let Some(outbox) = &endpoint.legacy.answers_elsewhere else {
-        if let Some(held_back) = UNWAITED_ANSWERS.take() {
-            tracing::info!(
-                id = %excerpt(key),
-                held_back,
-                "an answer nobody waits for (late, or the call was cancelled)"
-            );
+    // Whatever the clocks say: the call's own wait decides whether it still wants the answer.
+    let taken = endpoint.legacy.pending.deliver(key, outcome);
+    match &endpoint.legacy.answers_elsewhere {
+        Some(relay) if taken => relay.taken_here(key, deadline),
+        Some(relay) => relay.send(key, deadline, &wire),
+        None if taken => {}
+        None => {
+            if let Some(held_back) = UNWAITED_ANSWERS.take() {
+                tracing::info!(
+                    id = %excerpt(key),
+                    held_back,
+                    "an answer nobody waits for (late, or the call was cancelled)"
+                );
+            }
         }
-        return;
-    };
-    let wire = wire.to_string().into_bytes();
-    if wire.len() > MAX_RELAYED_ANSWER_BYTES {
-        if let Some(held_back) = UNWAITED_ANSWERS.take() {
-            tracing::info!(
-                id = %excerpt(key),
-                bytes = wire.len(),
-                held_back,
-                "an answer too large to relay to the other replicas; dropped"
-            );
-        }
-    } else if outbox.try_send(wire).is_err()
-        && let Some(held_back) = RELAY_TROUBLE.take()
-    {
-        tracing::warn!(id = %excerpt(key), held_back, "answer relay is backed up; dropped an answer");
     }
 }
 
 /// Lines about answers dropped here, which any client can send.
 static UNWAITED_ANSWERS: LogBudget = LogBudget::new();
-/// Lines about the relay failing or backed up, which a flood of answers can cause.
-static RELAY_TROUBLE: LogBudget = LogBudget::new();
 /// Lines about sessions opened and ended, which anonymous clients can do at will.
 static SESSION_LINES: LogBudget = LogBudget::new();
-
-/// Runs the answer relay: publishes answers for calls on other replicas, and delivers answers
-/// other replicas received to the calls waiting here. Returns the outbox.
-fn relay_answers(
-    mut relay: RedisEventRelay,
-    pending: Arc<PendingAnswers>,
-) -> mpsc::Sender<Vec<u8>> {
-    let (outbox, mut outgoing) = mpsc::channel::<Vec<u8>>(256);
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                answer = outgoing.recv() => {
-                    let Some(answer) = answer else { return };
-                    if let Err(e) = relay.publish(&answer).await
-                        && let Some(held_back) = RELAY_TROUBLE.take()
-                    {
-                        tracing::warn!(held_back, "could not relay a client's answer to the other replicas: {e}");
-                    }
-                }
-                Some(payload) = relay.next_message() => {
-                    let Ok(message) = serde_json::from_slice::<Value>(&payload) else {
-                        tracing::warn!("ignored an unreadable relayed answer");
-                        continue;
-                    };
-                    let Some(id) = message.get("id").and_then(Value::as_str) else { continue };
-                    let outcome = match (message.get("result"), message.get("error")) {
-                        (Some(result), _) => Ok(result.clone()),
-                        (None, Some(error)) => Err(error.clone()),
-                        (None, None) => continue,
-                    };
-                    // Every replica hears every answer; only the one whose call waits takes it.
-                    pending.deliver(id, outcome);
-                }
-            }
-        }
-    });
-    outbox
-}
 
 fn request_id(incoming: &Incoming) -> Option<RequestId> {
     match incoming {

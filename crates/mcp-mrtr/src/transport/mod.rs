@@ -3,6 +3,8 @@
 //! to the protocol [`Server`], answering with JSON or with an SSE stream. It knows JSON-RPC and
 //! HTTP, never what the tools are about.
 
+#[cfg(feature = "legacy")]
+mod answer_relay;
 mod drain;
 mod front;
 mod headers;

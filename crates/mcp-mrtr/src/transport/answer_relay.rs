@@ -1,0 +1,249 @@
+//! Legacy clients' answers on their way between replicas (feature `legacy`). A legacy client may
+//! POST its answer to any replica; one with no call waiting for it publishes it to every replica
+//! sharing Redis, and the replica whose call waits takes it.
+//!
+//! An answer is relayed only while its question's wait may still be on, and each question's
+//! answer at most once: this replica remembers the ids of the answers it took or relayed, and
+//! a marker in Redis, kept until the question's deadline, stops every other replica from
+//! relaying it again. A client sending one answer over and over cannot make every replica read
+//! each copy, nor crowd other clients' answers out of the outbox. The price: pub/sub keeps
+//! nothing, so an answer published while the asking replica was resubscribing is lost, and the
+//! same answer sent again is not relayed; its call takes its fallback.
+
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use hashlink::LruCache;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use super::log_budget::LogBudget;
+use crate::mrtr::PendingAnswers;
+use crate::protocol::error::excerpt;
+use crate::store::{RedisEventRelay, RelayPublisher};
+
+/// Largest answer to one question that is relayed: a form's content or a completion fits many
+/// times over, and every replica receives each relayed answer.
+const MAX_RELAYED_ANSWER_BYTES: usize = 64 * 1024;
+/// Answers waiting to be published; past that, answers are dropped (and their calls fall back).
+const OUTBOX: usize = 256;
+/// Ids this replica remembers; the oldest are forgotten first, and only the Redis marker then
+/// stops a copy of theirs.
+const REMEMBERED: usize = 4096;
+
+/// This replica's end of the answer relay.
+pub(super) struct AnswerRelay {
+    outbox: mpsc::Sender<Outgoing>,
+    seen: Arc<SeenIds>,
+}
+
+/// An answer on its way out.
+struct Outgoing {
+    id: String,
+    /// When the question's wait is over: the relay's marker lasts until then.
+    deadline: SystemTime,
+    wire: Vec<u8>,
+}
+
+/// Ids of answers taken here or handed to the relay, with their questions' deadlines.
+struct SeenIds(Mutex<LruCache<String, SystemTime>>);
+
+impl SeenIds {
+    fn new() -> Self {
+        Self(Mutex::new(LruCache::new(REMEMBERED)))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<String, SystemTime>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Remembers `id`; `false` if it is remembered already.
+    fn remember(&self, id: &str, deadline: SystemTime) -> bool {
+        let mut seen = self.lock();
+        let now = SystemTime::now();
+        if seen.peek(id).is_some_and(|&until| until > now) {
+            return false;
+        }
+        seen.insert(id.to_owned(), deadline);
+        true
+    }
+
+    fn forget(&self, id: &str) {
+        self.lock().remove(id);
+    }
+}
+
+/// Lines about answers too large to relay, which any client can send.
+static TOO_LARGE: LogBudget = LogBudget::new();
+/// Lines about the relay failing or backed up, which a flood of answers can cause.
+static TROUBLE: LogBudget = LogBudget::new();
+
+impl AnswerRelay {
+    /// Starts relaying: publishing answers handed to [`send`](Self::send), and delivering the
+    /// answers other replicas publish to the calls waiting in `pending`.
+    pub(super) fn start(relay: RedisEventRelay, pending: Arc<PendingAnswers>) -> Self {
+        let (outbox, outgoing) = mpsc::channel(OUTBOX);
+        let seen = Arc::new(SeenIds::new());
+        // Publishing ends when this relay is dropped; delivering then ends with it.
+        let (publishing, published_all) = oneshot::channel();
+        tokio::spawn(publish_all(
+            relay.publisher(),
+            outgoing,
+            seen.clone(),
+            publishing,
+        ));
+        tokio::spawn(deliver_all(relay, pending, published_all));
+        Self { outbox, seen }
+    }
+
+    /// Notes that the answer to question `id` was taken here, so that copies sent here again are
+    /// not relayed.
+    pub(super) fn taken_here(&self, id: &str, deadline: SystemTime) {
+        self.seen.remember(id, deadline);
+    }
+
+    /// Sends `answer`, to question `id` whose wait ends at `deadline`, to the replica whose call
+    /// waits for it; unless that wait is over, the answer went out before, or it is too large to
+    /// send every replica.
+    pub(super) fn send(&self, id: &str, deadline: SystemTime, answer: &Value) {
+        if deadline <= SystemTime::now() {
+            tracing::debug!(id = %excerpt(id), "an answer to a question no longer waited for; dropped");
+            return;
+        }
+        let wire = answer.to_string().into_bytes();
+        if wire.len() > MAX_RELAYED_ANSWER_BYTES {
+            if let Some(held_back) = TOO_LARGE.take() {
+                tracing::info!(
+                    id = %excerpt(id),
+                    bytes = wire.len(),
+                    held_back,
+                    "an answer too large to relay to the other replicas; dropped"
+                );
+            }
+            return;
+        }
+        if !self.seen.remember(id, deadline) {
+            tracing::debug!(id = %excerpt(id), "an answer taken or relayed before; dropped");
+            return;
+        }
+        let outgoing = Outgoing {
+            id: id.to_owned(),
+            deadline,
+            wire,
+        };
+        if self.outbox.try_send(outgoing).is_err() {
+            // Not sent: the same answer sent again may be.
+            self.seen.forget(id);
+            if let Some(held_back) = TROUBLE.take() {
+                tracing::warn!(id = %excerpt(id), held_back, "answer relay is backed up; dropped an answer");
+            }
+        }
+    }
+}
+
+/// Publishes the answers in `outgoing`, each only if no replica relayed it before, until the
+/// relay is dropped.
+async fn publish_all(
+    publisher: RelayPublisher,
+    mut outgoing: mpsc::Receiver<Outgoing>,
+    seen: Arc<SeenIds>,
+    _publishing: oneshot::Sender<()>,
+) {
+    while let Some(answer) = outgoing.recv().await {
+        let Ok(lasting) = answer.deadline.duration_since(SystemTime::now()) else {
+            tracing::debug!(id = %excerpt(&answer.id), "an answer whose question's wait ended in the outbox; dropped");
+            continue;
+        };
+        let published = match publisher.first_claim(&answer.id, lasting).await {
+            Ok(true) => match publisher.publish(&answer.wire).await {
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    // Nothing went out: let the same answer sent again go, here or elsewhere.
+                    // (A claim that timed out after Redis made it stays until the deadline.)
+                    seen.forget(&answer.id);
+                    let _ = publisher.release_claim(&answer.id).await;
+                    Err(e)
+                }
+            },
+            Ok(false) => {
+                tracing::debug!(id = %excerpt(&answer.id), "an answer another replica relayed; dropped");
+                Ok(())
+            }
+            Err(e) => {
+                seen.forget(&answer.id);
+                Err(e)
+            }
+        };
+        if let Err(e) = published
+            && let Some(held_back) = TROUBLE.take()
+        {
+            tracing::warn!(
+                held_back,
+                "could not relay a client's answer to the other replicas: {e}"
+            );
+        }
+    }
+}
+
+/// Hands each answer any replica relays to the call waiting for it here, if there is one, until
+/// publishing ends.
+async fn deliver_all(
+    mut relay: RedisEventRelay,
+    pending: Arc<PendingAnswers>,
+    mut published_all: oneshot::Receiver<()>,
+) {
+    loop {
+        let payload = tokio::select! {
+            payload = relay.next_message() => payload,
+            _ = &mut published_all => None,
+        };
+        let Some(payload) = payload else { return };
+        let Ok(message) = serde_json::from_slice::<Value>(&payload) else {
+            tracing::warn!("ignored an unreadable relayed answer");
+            continue;
+        };
+        let Some(id) = message.get("id").and_then(Value::as_str) else {
+            continue;
+        };
+        let outcome = match (message.get("result"), message.get("error")) {
+            (Some(result), _) => Ok(result.clone()),
+            (None, Some(error)) => Err(error.clone()),
+            (None, None) => continue,
+        };
+        // Every replica hears every answer; only the one whose call waits takes it.
+        pending.deliver(id, outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn an_id_is_let_through_once_while_its_question_waits_and_forgotten_oldest_first() {
+        let seen = SeenIds::new();
+        let waiting = SystemTime::now() + Duration::from_secs(60);
+        assert!(seen.remember("a", waiting));
+        assert!(!seen.remember("a", waiting), "a copy");
+        seen.forget("a");
+        assert!(
+            seen.remember("a", waiting),
+            "forgotten when it did not go out"
+        );
+        let over = SystemTime::now() - Duration::from_secs(1);
+        assert!(seen.remember("b", over));
+        assert!(seen.remember("b", waiting), "a stale entry does not count");
+        for n in 0..REMEMBERED {
+            seen.remember(&format!("later-{n}"), waiting);
+        }
+        assert!(seen.remember("a", waiting), "the oldest went first");
+        assert!(
+            !seen.remember(&format!("later-{}", REMEMBERED - 1), waiting),
+            "the newest stay"
+        );
+    }
+}
