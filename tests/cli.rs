@@ -1,6 +1,7 @@
 //! The command line as a user meets it: every flag `--help` lists is in the README's
 //! configuration table with its environment variable (and the table names no flag that does not
-//! exist), and the `token` subcommand refuses what it cannot sign.
+//! exist), the `token` subcommand refuses what it cannot sign, and values out of range stop the
+//! server before it starts.
 
 use std::collections::BTreeSet;
 use std::process::{Command, Output};
@@ -156,4 +157,17 @@ fn an_unreachable_redis_is_named_with_what_to_set() {
         !stderr.contains("hunter2"),
         "the password stays out of the error: {stderr}"
     );
+}
+
+#[test]
+fn a_legacy_wait_of_nothing_or_of_years_stops_the_server_at_start() {
+    for seconds in ["0", "86401", "18446744073709551615"] {
+        let output = moviedb(&["--legacy-request-timeout-secs", seconds]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{seconds} s is refused");
+        assert!(
+            stderr.contains("--legacy-request-timeout-secs") && stderr.contains("86400"),
+            "{seconds} s: the refusal names the flag and its range: {stderr}"
+        );
+    }
 }

@@ -123,10 +123,12 @@ pub struct PendingAnswers {
 }
 
 impl PendingAnswers {
-    /// Hands an answer to the call waiting for `id`; `false` if no call here waits for it.
-    pub fn deliver(&self, id: &str, answer: ClientAnswer) -> bool {
-        let waiting = self.lock().remove(id);
-        waiting.is_some_and(|sender| sender.send(answer).is_ok())
+    /// Hands an answer to the call waiting for `id`; gives it back if no call here waits for it.
+    pub fn deliver(&self, id: &str, answer: ClientAnswer) -> Result<(), ClientAnswer> {
+        match self.lock().remove(id) {
+            Some(waiting) => waiting.send(answer),
+            None => Err(answer),
+        }
     }
 
     fn register(self: &Arc<Self>, id: String) -> (Registration, oneshot::Receiver<ClientAnswer>) {
@@ -200,17 +202,23 @@ impl LegacyPeer {
         message["jsonrpc"] = Value::from("2.0");
         message["id"] = id.as_value().clone();
         let message = serde_json::to_vec(&message).map_err(|e| error_value(&e.to_string()))?;
-        if !notifier.send_raw(message).await {
-            return Err(error_value("the client closed the stream"));
-        }
-        match tokio::time::timeout(self.timeout, answer).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => Err(error_value("the wait for the answer was abandoned")),
-            Err(_) => Err(error_value(&format!(
-                "no answer within {} s",
-                self.timeout.as_secs_f32()
-            ))),
-        }
+        // Sending counts against the wait too, so the wait never outlasts the id's deadline.
+        let asked_and_answered = async {
+            if !notifier.send_raw(message).await {
+                return Err(error_value("the client closed the stream"));
+            }
+            answer
+                .await
+                .unwrap_or_else(|_| Err(error_value("the wait for the answer was abandoned")))
+        };
+        tokio::time::timeout(self.timeout, asked_and_answered)
+            .await
+            .unwrap_or_else(|_| {
+                Err(error_value(&format!(
+                    "no answer within {} s",
+                    self.timeout.as_secs_f32()
+                )))
+            })
     }
 }
 

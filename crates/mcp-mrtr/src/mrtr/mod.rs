@@ -22,6 +22,6 @@ pub use context::{RequestContext, TaskMode};
 pub use engine::{Call, Engine, InputRequired, Outcome, TaskSeed};
 pub use error::{HandlerError, InputPending, TaskPending};
 #[cfg(feature = "legacy")]
-pub use legacy::{LegacyPeer, PendingAnswers, QuestionIds};
+pub use legacy::{ClientAnswer, LegacyPeer, PendingAnswers, QuestionIds};
 pub use notify::Notifier;
 pub use seal::{SealError, StateSealer};

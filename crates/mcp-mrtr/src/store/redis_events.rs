@@ -2,7 +2,9 @@
 //! [`redis_sharded`](super::redis_sharded)). Every replica publishes on a channel,
 //! `<prefix><topic>`, and subscribes to it: change events (`events`), so a `subscriptions/listen`
 //! stream on one replica hears about a change made through another, and legacy clients' answers
-//! (`answers`), so an answer POSTed to one replica reaches the call waiting on another.
+//! (`answers`), so an answer POSTed to one replica reaches the call waiting on another. A
+//! [`RelayPublisher`] can also claim a name once among all replicas (a marker key
+//! `<channel>:<name>`, set only if absent), so that one message is published by one replica.
 //!
 //! The subscription lives in a background task that checks the connection now and then and
 //! subscribes again after a failure. Pub/sub keeps nothing: an event published while a replica was

@@ -3,22 +3,27 @@
 //! sharing Redis, and the replica whose call waits takes it.
 //!
 //! An answer is relayed only while its question's wait may still be on, and each question's
-//! answer at most once: this replica remembers the ids of the answers it took or relayed, and
-//! a marker in Redis, kept until the question's deadline, stops every other replica from
-//! relaying it again. A client sending one answer over and over cannot make every replica read
-//! each copy, nor crowd other clients' answers out of the outbox. The price: pub/sub keeps
-//! nothing, so an answer published while the asking replica was resubscribing is lost, and the
-//! same answer sent again is not relayed; its call takes its fallback.
+//! answer at most once: this replica remembers the ids of the answers it took or relayed, and a
+//! marker in Redis, kept until the question's deadline, stops every other replica from relaying
+//! it again. A client sending one answer over and over cannot make every replica read each copy,
+//! nor crowd other clients' answers out of the outbox.
+//!
+//! The price: pub/sub keeps nothing, so an answer published while the asking replica was
+//! resubscribing is lost, and the same answer sent again is not relayed; its call takes its
+//! fallback. A relay that fails gives its claim back, so the answer sent again can go, except
+//! through a replica that already found the marker; and a publish that reached Redis but timed
+//! out here lets a second copy through.
 
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use hashlink::LruCache;
+use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::log_budget::LogBudget;
-use crate::mrtr::PendingAnswers;
+use crate::mrtr::{ClientAnswer, PendingAnswers};
 use crate::protocol::error::excerpt;
 use crate::store::{RedisEventRelay, RelayPublisher};
 
@@ -35,6 +40,16 @@ const REMEMBERED: usize = 4096;
 pub(super) struct AnswerRelay {
     outbox: mpsc::Sender<Outgoing>,
     seen: Arc<SeenIds>,
+}
+
+/// An answer as relayed: the JSON-RPC response's `id`, and its `result` or its `error`.
+#[derive(Serialize)]
+struct RelayedAnswer<'a> {
+    id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<Value>,
 }
 
 /// An answer on its way out.
@@ -87,14 +102,14 @@ impl AnswerRelay {
         let (outbox, outgoing) = mpsc::channel(OUTBOX);
         let seen = Arc::new(SeenIds::new());
         // Publishing ends when this relay is dropped; delivering then ends with it.
-        let (publishing, published_all) = oneshot::channel();
+        let (publishing, publishing_ended) = oneshot::channel();
         tokio::spawn(publish_all(
             relay.publisher(),
             outgoing,
             seen.clone(),
             publishing,
         ));
-        tokio::spawn(deliver_all(relay, pending, published_all));
+        tokio::spawn(deliver_all(relay, pending, publishing_ended));
         Self { outbox, seen }
     }
 
@@ -107,12 +122,24 @@ impl AnswerRelay {
     /// Sends `answer`, to question `id` whose wait ends at `deadline`, to the replica whose call
     /// waits for it; unless that wait is over, the answer went out before, or it is too large to
     /// send every replica.
-    pub(super) fn send(&self, id: &str, deadline: SystemTime, answer: &Value) {
+    pub(super) fn send(&self, id: &str, deadline: SystemTime, answer: ClientAnswer) {
         if deadline <= SystemTime::now() {
             tracing::debug!(id = %excerpt(id), "an answer to a question no longer waited for; dropped");
             return;
         }
-        let wire = answer.to_string().into_bytes();
+        // Before the answer is written out: a copy sent again costs no more than this.
+        if !self.seen.remember(id, deadline) {
+            tracing::debug!(id = %excerpt(id), "an answer taken or relayed before; dropped");
+            return;
+        }
+        let (result, error) = match answer {
+            Ok(result) => (Some(result), None),
+            Err(error) => (None, Some(error)),
+        };
+        let message = RelayedAnswer { id, result, error };
+        let Ok(wire) = serde_json::to_vec(&message) else {
+            return;
+        };
         if wire.len() > MAX_RELAYED_ANSWER_BYTES {
             if let Some(held_back) = TOO_LARGE.take() {
                 tracing::info!(
@@ -122,10 +149,6 @@ impl AnswerRelay {
                     "an answer too large to relay to the other replicas; dropped"
                 );
             }
-            return;
-        }
-        if !self.seen.remember(id, deadline) {
-            tracing::debug!(id = %excerpt(id), "an answer taken or relayed before; dropped");
             return;
         }
         let outgoing = Outgoing {
@@ -160,8 +183,9 @@ async fn publish_all(
             Ok(true) => match publisher.publish(&answer.wire).await {
                 Ok(_) => Ok(()),
                 Err(e) => {
-                    // Nothing went out: let the same answer sent again go, here or elsewhere.
-                    // (A claim that timed out after Redis made it stays until the deadline.)
+                    // Nothing went out, as far as can be told: let the same answer sent again
+                    // go, here or elsewhere. (A publish that reached Redis but timed out here
+                    // makes that copy a second one.)
                     seen.forget(&answer.id);
                     let _ = publisher.release_claim(&answer.id).await;
                     Err(e)
@@ -172,6 +196,7 @@ async fn publish_all(
                 Ok(())
             }
             Err(e) => {
+                // A claim that timed out after Redis made it stays until the deadline.
                 seen.forget(&answer.id);
                 Err(e)
             }
@@ -192,12 +217,12 @@ async fn publish_all(
 async fn deliver_all(
     mut relay: RedisEventRelay,
     pending: Arc<PendingAnswers>,
-    mut published_all: oneshot::Receiver<()>,
+    mut publishing_ended: oneshot::Receiver<()>,
 ) {
     loop {
         let payload = tokio::select! {
             payload = relay.next_message() => payload,
-            _ = &mut published_all => None,
+            _ = &mut publishing_ended => None,
         };
         let Some(payload) = payload else { return };
         let Ok(message) = serde_json::from_slice::<Value>(&payload) else {
@@ -213,7 +238,7 @@ async fn deliver_all(
             (None, None) => continue,
         };
         // Every replica hears every answer; only the one whose call waits takes it.
-        pending.deliver(id, outcome);
+        let _ = pending.deliver(id, outcome);
     }
 }
 

@@ -65,7 +65,9 @@ pub(super) async fn post(
         return super::legacy::post(&endpoint, &headers, peer, accept, incoming).await;
     }
     #[cfg(not(feature = "legacy"))]
-    refuse_initialize(&incoming)?;
+    if let Some(refusal) = initialize_refusal(&incoming) {
+        return Err(refusal);
+    }
     super::modern::post(&endpoint, &headers, peer, accept, incoming).await
 }
 
@@ -127,17 +129,17 @@ async fn within_busy_wait(
 /// A modern-only server answers `initialize` with the versions it does support, so a legacy
 /// client can show its user why it cannot connect.
 #[cfg(not(feature = "legacy"))]
-fn refuse_initialize(incoming: &Incoming) -> Result<(), WireError> {
+fn initialize_refusal(incoming: &Incoming) -> Option<WireError> {
     let Incoming::Request { id, method, params } = incoming else {
-        return Ok(());
+        return None;
     };
     if method != Method::Initialize.as_str() || is_modern_meta(params) {
-        return Ok(());
+        return None;
     }
     let requested = params
         .get("protocolVersion")
         .and_then(Value::as_str)
         .unwrap_or("unknown");
     let refusal = ProtocolError::unsupported_version(requested, version::supported());
-    Err(WireError::from(refusal).answering(Some(id)))
+    Some(WireError::from(refusal).answering(Some(id)))
 }

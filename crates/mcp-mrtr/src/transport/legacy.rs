@@ -594,16 +594,18 @@ fn deliver_answer(
         tracing::debug!("ignored a response to no question asked in its session");
         return;
     };
-    let wire = match &outcome {
-        Ok(result) => json!({ "id": key, "result": result }),
-        Err(error) => json!({ "id": key, "error": error }),
-    };
     // Whatever the clocks say: the call's own wait decides whether it still wants the answer.
-    let taken = endpoint.legacy.pending.deliver(key, outcome);
+    let not_taken = match endpoint.legacy.pending.deliver(key, outcome) {
+        Ok(()) => {
+            if let Some(relay) = &endpoint.legacy.answers_elsewhere {
+                relay.taken_here(key, deadline);
+            }
+            return;
+        }
+        Err(outcome) => outcome,
+    };
     match &endpoint.legacy.answers_elsewhere {
-        Some(relay) if taken => relay.taken_here(key, deadline),
-        Some(relay) => relay.send(key, deadline, &wire),
-        None if taken => {}
+        Some(relay) => relay.send(key, deadline, not_taken),
         None => {
             if let Some(held_back) = UNWAITED_ANSWERS.take() {
                 tracing::info!(
