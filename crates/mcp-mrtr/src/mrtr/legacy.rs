@@ -366,6 +366,39 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_question_its_client_does_not_read_is_given_up_within_the_wait() {
+        use crate::protocol::input::ElicitParams;
+        // A stream with room for one message, already taken: the question cannot go out.
+        let (stream, _unread) = tokio::sync::mpsc::channel(1);
+        let notifier = Notifier::new(stream);
+        assert!(notifier.send_raw(b"earlier".to_vec()).await);
+        let ids = QuestionIds::new(Arc::new(StateSealer::generate()), "session-a");
+        let peer = LegacyPeer::new(Arc::default(), ids, Duration::from_millis(200));
+        let capabilities = ClientCapabilities {
+            elicitation_form: true,
+            ..ClientCapabilities::default()
+        };
+        let question = InputRequest::Elicit(ElicitParams::Form {
+            message: "Watched it?".into(),
+            requested_schema: serde_json::json!({"type": "object", "properties": {}}),
+        });
+        let asked = peer.ask(
+            &capabilities,
+            Some(&notifier),
+            vec![("watched".into(), question)],
+        );
+        let answers = tokio::time::timeout(Duration::from_secs(5), asked)
+            .await
+            .expect("the wait covers sending the question")
+            .expect("answers");
+        assert_eq!(
+            answers.elicitation("watched"),
+            Some(&Elicitation::Cancelled),
+            "no answer: the handler's fallback"
+        );
+    }
+
     #[test]
     fn a_clients_long_refusal_is_quoted_by_a_prefix_and_its_size() {
         let long = "x".repeat(1_000_000);
