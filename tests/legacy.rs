@@ -713,6 +713,69 @@ mod movies {
         );
     }
 
+    /// A replica that found an answer claimed by another asks Redis again a second later, so
+    /// once a claim is given back (as a replica whose publish failed gives it back), the answer
+    /// sent again goes through.
+    #[tokio::test]
+    async fn an_answer_whose_claim_was_given_back_is_relayed_when_sent_again() {
+        let mut settings = SharedSettings::new(shared_redis_url());
+        settings
+            .extra_env
+            .push(("MOVIEDB_LEGACY_REQUEST_TIMEOUT".into(), "20".into()));
+        let mut replicas = Replicas::start_with(2, settings).await;
+        let mut relayed = relay_listener(&replicas).await;
+        let on_first = legacy_session(&mut replicas, 1, "eve", json!({"elicitation": {}})).await;
+        let on_second = on_first.at(replicas.replica(2).url());
+        let mut call = on_first
+            .start_call("addToWatchlist", json!({"subject": {"movieId": "6"}}))
+            .await;
+        let question = call.next_server_request().await;
+        let id = question["id"]
+            .as_str()
+            .expect("a question's id is a string");
+
+        // Another replica's claim on the answer, as while its relay of it is under way.
+        let marker = format!("{}answers:{id}", replicas.settings.redis_prefix);
+        let redis = redis::Client::open(shared_redis_url()).expect("the Redis URL");
+        let mut redis = redis
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a Redis connection");
+        let claimed: Option<String> = redis::cmd("SET")
+            .arg(&marker)
+            .arg(1)
+            .arg("NX")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut redis)
+            .await
+            .expect("SET");
+        assert!(claimed.is_some(), "the test's claim is the first");
+        let watched = json!({"action": "accept", "content": {"status": "WATCHED"}});
+        let answered = on_second.answer(&question["id"], watched.clone());
+        assert_eq!(answered.await, 202);
+        let early = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            futures::StreamExt::next(&mut relayed),
+        );
+        assert!(
+            early.await.is_err(),
+            "an answer claimed by another replica is not relayed"
+        );
+
+        // The claim given back: the same answer sent again, after the second, is relayed.
+        let released: u64 = redis::cmd("DEL")
+            .arg(&marker)
+            .query_async(&mut redis)
+            .await
+            .expect("DEL");
+        assert_eq!(released, 1, "the claim was still there");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert_eq!(on_second.answer(&question["id"], watched).await, 202);
+        assert_eq!(structured(&call.response().await)["status"], "WATCHED");
+        assert_eq!(next_relayed(&mut relayed).await["id"], question["id"]);
+    }
+
     #[tokio::test]
     async fn an_anonymous_clients_model_is_asked_each_time_as_its_words_are_kept_for_nobody() {
         let mut replicas = replicas().await;

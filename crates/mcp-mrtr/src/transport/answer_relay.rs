@@ -10,15 +10,15 @@
 //!
 //! The price: pub/sub keeps nothing, so an answer published while the asking replica was
 //! resubscribing is lost, and the same answer sent again is not relayed; its call takes its
-//! fallback. A relay that fails gives its claim back, so the answer sent again can go, except
-//! through a replica that already found the marker; and a publish that reached Redis but timed
-//! out here lets a second copy through.
+//! fallback. A relay that fails gives its claim back, so the answer sent again can go (a replica
+//! that found the marker asks Redis again a second later); and a publish that reached Redis but
+//! timed out here lets a second copy through.
 
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use hashlink::LruCache;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
@@ -35,6 +35,9 @@ const OUTBOX: usize = 256;
 /// Ids this replica remembers; the oldest are forgotten first, and only the Redis marker then
 /// stops a copy of theirs.
 const REMEMBERED: usize = 4096;
+/// How long a copy found marked in Redis is refused here before Redis is asked again: a claim can
+/// be given back (its relay failed), and copies of a marked answer then cost one check a second.
+const MARKED_RECHECK: Duration = Duration::from_secs(1);
 
 /// This replica's end of the answer relay.
 pub(super) struct AnswerRelay {
@@ -43,13 +46,37 @@ pub(super) struct AnswerRelay {
 }
 
 /// An answer as relayed: the JSON-RPC response's `id`, and its `result` or its `error`.
-#[derive(Serialize)]
-struct RelayedAnswer<'a> {
-    id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
+#[derive(Serialize, Deserialize)]
+struct RelayedAnswer {
+    id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     result: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     error: Option<Value>,
+}
+
+impl RelayedAnswer {
+    fn new(id: &str, answer: ClientAnswer) -> Self {
+        let (result, error) = match answer {
+            Ok(result) => (Some(result), None),
+            Err(error) => (None, Some(error)),
+        };
+        Self {
+            id: id.to_owned(),
+            result,
+            error,
+        }
+    }
+
+    /// The answer itself; `None` for a message with neither a result nor an error.
+    fn into_answer(self) -> Option<(String, ClientAnswer)> {
+        let answer = match (self.result, self.error) {
+            (Some(result), _) => Ok(result),
+            (None, Some(error)) => Err(error),
+            (None, None) => return None,
+        };
+        Some((self.id, answer))
+    }
 }
 
 /// An answer on its way out.
@@ -83,6 +110,11 @@ impl SeenIds {
         }
         seen.insert(id.to_owned(), deadline);
         true
+    }
+
+    /// Remembers `id` until `until`, remembered already or not.
+    fn hold(&self, id: &str, until: SystemTime) {
+        self.lock().insert(id.to_owned(), until);
     }
 
     fn forget(&self, id: &str) {
@@ -132,12 +164,7 @@ impl AnswerRelay {
             tracing::debug!(id = %excerpt(id), "an answer taken or relayed before; dropped");
             return;
         }
-        let (result, error) = match answer {
-            Ok(result) => (Some(result), None),
-            Err(error) => (None, Some(error)),
-        };
-        let message = RelayedAnswer { id, result, error };
-        let Ok(wire) = serde_json::to_vec(&message) else {
+        let Ok(wire) = serde_json::to_vec(&RelayedAnswer::new(id, answer)) else {
             return;
         };
         if wire.len() > MAX_RELAYED_ANSWER_BYTES {
@@ -192,6 +219,10 @@ async fn publish_all(
                 }
             },
             Ok(false) => {
+                // Another replica holds the claim; it gives it back if its relay fails, and a
+                // copy sent after that may go.
+                let recheck = (SystemTime::now() + MARKED_RECHECK).min(answer.deadline);
+                seen.hold(&answer.id, recheck);
                 tracing::debug!(id = %excerpt(&answer.id), "an answer another replica relayed; dropped");
                 Ok(())
             }
@@ -225,28 +256,45 @@ async fn deliver_all(
             _ = &mut publishing_ended => None,
         };
         let Some(payload) = payload else { return };
-        let Ok(message) = serde_json::from_slice::<Value>(&payload) else {
+        let Some((id, answer)) = serde_json::from_slice::<RelayedAnswer>(&payload)
+            .ok()
+            .and_then(RelayedAnswer::into_answer)
+        else {
             tracing::warn!("ignored an unreadable relayed answer");
             continue;
         };
-        let Some(id) = message.get("id").and_then(Value::as_str) else {
-            continue;
-        };
-        let outcome = match (message.get("result"), message.get("error")) {
-            (Some(result), _) => Ok(result.clone()),
-            (None, Some(error)) => Err(error.clone()),
-            (None, None) => continue,
-        };
         // Every replica hears every answer; only the one whose call waits takes it.
-        let _ = pending.deliver(id, outcome);
+        let _ = pending.deliver(&id, answer);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
+
+    #[test]
+    fn a_relayed_answer_reads_back_as_the_answer_it_carries() {
+        let read_back = |answer: ClientAnswer| {
+            let wire = serde_json::to_vec(&RelayedAnswer::new("server-q-1", answer))
+                .expect("an answer serializes");
+            serde_json::from_slice::<RelayedAnswer>(&wire)
+                .expect("it reads back")
+                .into_answer()
+        };
+        let content = serde_json::json!({"action": "accept", "content": {"seen": true}});
+        assert_eq!(
+            read_back(Ok(content.clone())),
+            Some(("server-q-1".to_owned(), Ok(content)))
+        );
+        let refusal = serde_json::json!({"code": -32601, "message": "no sampling here"});
+        assert_eq!(
+            read_back(Err(refusal.clone())),
+            Some(("server-q-1".to_owned(), Err(refusal)))
+        );
+        let empty: RelayedAnswer =
+            serde_json::from_str(r#"{"id":"server-q-1"}"#).expect("an id alone reads");
+        assert_eq!(empty.into_answer(), None, "neither a result nor an error");
+    }
 
     #[test]
     fn an_id_is_let_through_once_while_its_question_waits_and_forgotten_oldest_first() {
@@ -262,6 +310,10 @@ mod tests {
         let over = SystemTime::now() - Duration::from_secs(1);
         assert!(seen.remember("b", over));
         assert!(seen.remember("b", waiting), "a stale entry does not count");
+        seen.hold("b", over);
+        assert!(seen.remember("b", waiting), "held until a time gone by");
+        seen.hold("c", waiting);
+        assert!(!seen.remember("c", waiting), "held until a time to come");
         for n in 0..REMEMBERED {
             seen.remember(&format!("later-{n}"), waiting);
         }

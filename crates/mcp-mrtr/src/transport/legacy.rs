@@ -595,18 +595,12 @@ fn deliver_answer(
         return;
     };
     // Whatever the clocks say: the call's own wait decides whether it still wants the answer.
-    let not_taken = match endpoint.legacy.pending.deliver(key, outcome) {
-        Ok(()) => {
-            if let Some(relay) = &endpoint.legacy.answers_elsewhere {
-                relay.taken_here(key, deadline);
-            }
-            return;
-        }
-        Err(outcome) => outcome,
-    };
-    match &endpoint.legacy.answers_elsewhere {
-        Some(relay) => relay.send(key, deadline, not_taken),
-        None => {
+    let relay = endpoint.legacy.answers_elsewhere.as_ref();
+    match (endpoint.legacy.pending.deliver(key, outcome), relay) {
+        (Ok(()), Some(relay)) => relay.taken_here(key, deadline),
+        (Ok(()), None) => {}
+        (Err(not_taken), Some(relay)) => relay.send(key, deadline, not_taken),
+        (Err(_), None) => {
             if let Some(held_back) = UNWAITED_ANSWERS.take() {
                 tracing::info!(
                     id = %excerpt(key),
