@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -18,7 +18,6 @@ use tokio::net::TcpStream;
 
 use support::movies::{Backend, Launch, MovieServer};
 
-const LEGACY: &str = "2025-11-25";
 const MODERN: &str = "2026-07-28";
 const MIB: u64 = 1024 * 1024;
 
@@ -184,44 +183,6 @@ async fn object_heavy_bodies_are_refused_and_memory_comes_back() {
         settled < 160 * MIB,
         "RSS settles under 160 MiB: {}",
         mib(settled)
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_anonymous_flood_of_huge_legacy_initializes_is_refused_cheaply() {
-    let server = MovieServer::start(Backend::Sqlite).await;
-    let rss = Rss::watch(server.pid());
-    let before = rss.now();
-    let body = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {
-            "protocolVersion": LEGACY,
-            "capabilities": {},
-            "clientInfo": {"name": "flood", "version": "1", "padding": "x".repeat(878_000)},
-        }
-    });
-    let bytes = serde_json::to_vec(&body).expect("serialize");
-    let answers = flood(server.url(), LEGACY, vec![bytes; 1_500], 64).await;
-    let peak = rss.peak();
-    let settled = rss.after(Duration::from_secs(3)).await;
-    println!(
-        "legacy initialize flood: 1,500 × 878 KB clientInfo; RSS {} before, {} at peak (+{}), {} \
-         3 s after",
-        mib(before),
-        mib(peak),
-        mib(peak.saturating_sub(before)),
-        mib(settled)
-    );
-    assert!(
-        answers.iter().all(|&(_, code)| code == -32602),
-        "every oversized clientInfo is refused with -32602: {:?}",
-        &answers[..answers.len().min(5)]
-    );
-    assert!(
-        peak.saturating_sub(before) < 256 * MIB,
-        "RSS grows by less than 256 MiB: {} → {}",
-        mib(before),
-        mib(peak)
     );
 }
 
@@ -883,96 +844,6 @@ async fn acknowledged(stream: &mut support::EventStream) {
     );
 }
 
-/// Checks that the server ended `stream` with the closing response to its listen request.
-async fn ended_by_the_server(stream: &mut support::EventStream) {
-    let closing = stream.expect_message(Duration::from_secs(10)).await;
-    assert_eq!(
-        (&closing["id"], &closing["result"]["resultType"]),
-        (
-            stream.request_id.as_ref().expect("an id"),
-            &json!("complete")
-        ),
-        "the subscription's closing response: {closing}"
-    );
-    assert!(stream.ends_within(Duration::from_secs(10)).await);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn listen_streams_are_bounded_per_caller_and_in_all() {
-    let launch = Launch::with_args(["--max-streams", "3", "--max-streams-per-caller", "2"]);
-    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
-    let anonymous = server.anonymous();
-    let mut held = Vec::new();
-    for _ in 0..2 {
-        let mut stream = listen_as(&anonymous).await;
-        acknowledged(&mut stream).await;
-        held.push(stream);
-    }
-    // A third from the same address takes the place of the oldest, which is told it ended.
-    let mut third = listen_as(&anonymous).await;
-    acknowledged(&mut third).await;
-    ended_by_the_server(&mut held[0]).await;
-    held.remove(0);
-    held.push(third);
-    // A 2025-11-25 session's GET stream counts against the same caller's share.
-    let legacy = open_session(server.url(), IpAddr::V4(Ipv4Addr::LOCALHOST))
-        .await
-        .expect("a legacy session");
-    let get = http()
-        .get(server.url())
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &legacy)
-        .header("mcp-protocol-version", LEGACY)
-        .send()
-        .await
-        .expect("the server answers");
-    assert_eq!(get.status(), 200, "the legacy GET opens");
-    ended_by_the_server(&mut held[0]).await;
-    held.remove(0);
-
-    let mut bobs = listen_as(&server.user("bob")).await;
-    acknowledged(&mut bobs).await;
-    let carol = server.user("carol");
-    let refused = listen_as(&carol).await;
-    assert_eq!(refused.status, 503, "past the server's three streams: busy");
-    assert_eq!(
-        refused
-            .headers
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok()),
-        Some("5")
-    );
-    let list = carol.request("tools/list").send().await;
-    assert!(
-        list.result().get("tools").is_some(),
-        "requests are still served while streams are at their cap: {}",
-        list.body_text()
-    );
-    assert_eq!(metric(&server, "mcp_streams_open ").await, Some(3.0));
-
-    // Once one of them ends (the legacy client goes away), carol's stream has room.
-    drop(get);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut carols = loop {
-        let stream = listen_as(&carol).await;
-        if stream.status == 200 || Instant::now() > deadline {
-            break stream;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    acknowledged(&mut carols).await;
-    let replaced = metric(&server, "mcp_streams_replaced_total ").await;
-    let refused = metric(&server, "mcp_streams_refused_total ").await;
-    println!(
-        "listen streams, cap 3 in all and 2 per caller: a caller's oldest ended {} times for its \
-         newest; refused past the server's cap {} times (503)",
-        replaced.unwrap_or_default(),
-        refused.unwrap_or_default()
-    );
-    assert_eq!(replaced, Some(2.0), "the third listen and the legacy GET");
-    assert!(refused.is_some_and(|refused| refused >= 1.0));
-}
-
 #[tokio::test]
 async fn by_default_long_lived_streams_hold_at_most_half_the_connections() {
     let launch = Launch::with_args(["--max-connections", "10"]);
@@ -1147,97 +1018,6 @@ async fn one_users_flood_of_open_conversations_evicts_only_their_own() {
     assert_eq!(mallory_kept, 50, "mallory keeps exactly her share");
 }
 
-/// An anonymous legacy client calling from `local`, as a `POST` of `message` (in `session`).
-async fn legacy_post(
-    url: &str,
-    local: IpAddr,
-    session: Option<&str>,
-    message: Value,
-) -> Option<reqwest::Response> {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .local_address(local)
-        .build()
-        .expect("reqwest client");
-    let mut request = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .json(&message);
-    if let Some(session) = session {
-        request = request
-            .header("mcp-session-id", session)
-            .header("mcp-protocol-version", LEGACY);
-    }
-    request.send().await.ok()
-}
-
-/// Opens a legacy session as an anonymous client calling from `local`.
-async fn open_session(url: &str, local: IpAddr) -> Option<String> {
-    let initialize = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
-    });
-    let response = legacy_post(url, local, None, initialize).await?;
-    response
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-}
-
-/// Whether the session still serves `tools/list`.
-async fn session_serves(url: &str, local: IpAddr, session: &str) -> bool {
-    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
-    legacy_post(url, local, Some(session), list)
-        .await
-        .expect("the server answers")
-        .status()
-        .is_success()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_anonymous_flood_of_sessions_from_one_address_spares_other_addresses() {
-    let launch = Launch::with_args([
-        "--share-per-caller",
-        "50",
-        "--continuation-capacity",
-        "1000",
-    ]);
-    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
-    let url = server.url().to_owned();
-    let (flooder, neighbour) = (
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-        IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
-    );
-    let kept = open_session(&url, neighbour).await.expect("a session");
-    let mut flood = Vec::new();
-    for _ in 0..2_000 {
-        flood.push(open_session(&url, flooder).await.expect("a session"));
-    }
-    let neighbour_kept = session_serves(&url, neighbour, &kept).await;
-    let mut flooder_kept = 0;
-    for session in &flood {
-        if session_serves(&url, flooder, session).await {
-            flooder_kept += 1;
-        }
-    }
-    println!(
-        "session flood: 2,000 anonymous initializes from 127.0.0.1 (store capacity 1,000, share \
-         50); {flooder_kept} of them still open; the session from 127.0.0.2 {}",
-        if neighbour_kept {
-            "survived"
-        } else {
-            "was evicted"
-        }
-    );
-    assert!(neighbour_kept, "the other address's session survives");
-    assert_eq!(
-        flooder_kept, 50,
-        "the flooding address keeps exactly its share"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_headers_and_names_are_echoed_only_as_a_prefix() {
     let server = MovieServer::start(Backend::Sqlite).await;
@@ -1340,4 +1120,254 @@ async fn a_key_given_twice_is_refused_before_anything_runs() {
     assert_eq!(status, 400, "{answer}");
     assert_eq!(answer["error"]["code"], -32700, "{answer}");
     assert!(alice.watchlist().await.is_empty(), "nothing ran");
+}
+
+/// Checks that the server ended `stream` with the closing response to its listen request.
+async fn ended_by_the_server(stream: &mut support::EventStream) {
+    let closing = stream.expect_message(Duration::from_secs(10)).await;
+    assert_eq!(
+        (&closing["id"], &closing["result"]["resultType"]),
+        (
+            stream.request_id.as_ref().expect("an id"),
+            &json!("complete")
+        ),
+        "the subscription's closing response: {closing}"
+    );
+    assert!(stream.ends_within(Duration::from_secs(10)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_streams_are_bounded_per_caller_and_in_all() {
+    let launch = Launch::with_args(["--max-streams", "3", "--max-streams-per-caller", "2"]);
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let anonymous = server.anonymous();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = listen_as(&anonymous).await;
+        acknowledged(&mut stream).await;
+        held.push(stream);
+    }
+    // A third from the same address takes the place of the oldest, which is told it ended.
+    let mut third = listen_as(&anonymous).await;
+    acknowledged(&mut third).await;
+    ended_by_the_server(&mut held[0]).await;
+    held.remove(0);
+    held.push(third);
+    // Another kind of stream, where the server has one, counts against the same caller's share.
+    let fourth = another_anonymous_stream(&server).await;
+    ended_by_the_server(&mut held[0]).await;
+    held.remove(0);
+
+    let mut bobs = listen_as(&server.user("bob")).await;
+    acknowledged(&mut bobs).await;
+    let carol = server.user("carol");
+    let refused = listen_as(&carol).await;
+    assert_eq!(refused.status, 503, "past the server's three streams: busy");
+    assert_eq!(
+        refused
+            .headers
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("5")
+    );
+    let list = carol.request("tools/list").send().await;
+    assert!(
+        list.result().get("tools").is_some(),
+        "requests are still served while streams are at their cap: {}",
+        list.body_text()
+    );
+    assert_eq!(metric(&server, "mcp_streams_open ").await, Some(3.0));
+
+    // Once one of them ends (its client goes away), carol's stream has room.
+    drop(fourth);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut carols = loop {
+        let stream = listen_as(&carol).await;
+        if stream.status == 200 || Instant::now() > deadline {
+            break stream;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    acknowledged(&mut carols).await;
+    let replaced = metric(&server, "mcp_streams_replaced_total ").await;
+    let refused = metric(&server, "mcp_streams_refused_total ").await;
+    println!(
+        "listen streams, cap 3 in all and 2 per caller: a caller's oldest ended {} times for its \
+         newest; refused past the server's cap {} times (503)",
+        replaced.unwrap_or_default(),
+        refused.unwrap_or_default()
+    );
+    assert_eq!(replaced, Some(2.0), "the third stream and the fourth");
+    assert!(refused.is_some_and(|refused| refused >= 1.0));
+}
+
+/// One more long-lived stream of the anonymous caller at 127.0.0.1: a 2025-11-25 session's GET
+/// stream where the server serves such sessions.
+#[cfg(feature = "legacy")]
+async fn another_anonymous_stream(server: &MovieServer) -> reqwest::Response {
+    legacy_sessions::get_stream(server).await
+}
+
+/// One more long-lived stream of the anonymous caller at 127.0.0.1: another listen.
+#[cfg(not(feature = "legacy"))]
+async fn another_anonymous_stream(server: &MovieServer) -> support::EventStream {
+    let mut stream = listen_as(&server.anonymous()).await;
+    acknowledged(&mut stream).await;
+    stream
+}
+
+/// Legacy (2025-11-25) sessions under hostile load, and the streams they hold (feature `legacy`).
+#[cfg(feature = "legacy")]
+mod legacy_sessions {
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use super::*;
+
+    const LEGACY: &str = "2025-11-25";
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_anonymous_flood_of_huge_legacy_initializes_is_refused_cheaply() {
+        let server = MovieServer::start(Backend::Sqlite).await;
+        let rss = Rss::watch(server.pid());
+        let before = rss.now();
+        let body = json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": LEGACY,
+                "capabilities": {},
+                "clientInfo": {"name": "flood", "version": "1", "padding": "x".repeat(878_000)},
+            }
+        });
+        let bytes = serde_json::to_vec(&body).expect("serialize");
+        let answers = flood(server.url(), LEGACY, vec![bytes; 1_500], 64).await;
+        let peak = rss.peak();
+        let settled = rss.after(Duration::from_secs(3)).await;
+        println!(
+            "legacy initialize flood: 1,500 × 878 KB clientInfo; RSS {} before, {} at peak (+{}), {} \
+             3 s after",
+            mib(before),
+            mib(peak),
+            mib(peak.saturating_sub(before)),
+            mib(settled)
+        );
+        assert!(
+            answers.iter().all(|&(_, code)| code == -32602),
+            "every oversized clientInfo is refused with -32602: {:?}",
+            &answers[..answers.len().min(5)]
+        );
+        assert!(
+            peak.saturating_sub(before) < 256 * MIB,
+            "RSS grows by less than 256 MiB: {} → {}",
+            mib(before),
+            mib(peak)
+        );
+    }
+
+    /// The GET stream of a new anonymous session opened from 127.0.0.1.
+    pub(super) async fn get_stream(server: &MovieServer) -> reqwest::Response {
+        let legacy = open_session(server.url(), IpAddr::V4(Ipv4Addr::LOCALHOST))
+            .await
+            .expect("a legacy session");
+        let get = http()
+            .get(server.url())
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &legacy)
+            .header("mcp-protocol-version", LEGACY)
+            .send()
+            .await
+            .expect("the server answers");
+        assert_eq!(get.status(), 200, "the legacy GET opens");
+        get
+    }
+
+    /// An anonymous legacy client calling from `local`, as a `POST` of `message` (in `session`).
+    async fn legacy_post(
+        url: &str,
+        local: IpAddr,
+        session: Option<&str>,
+        message: Value,
+    ) -> Option<reqwest::Response> {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .local_address(local)
+            .build()
+            .expect("reqwest client");
+        let mut request = http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .json(&message);
+        if let Some(session) = session {
+            request = request
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", LEGACY);
+        }
+        request.send().await.ok()
+    }
+
+    /// Opens a legacy session as an anonymous client calling from `local`.
+    async fn open_session(url: &str, local: IpAddr) -> Option<String> {
+        let initialize = json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+        });
+        let response = legacy_post(url, local, None, initialize).await?;
+        response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    }
+
+    /// Whether the session still serves `tools/list`.
+    async fn session_serves(url: &str, local: IpAddr, session: &str) -> bool {
+        let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+        legacy_post(url, local, Some(session), list)
+            .await
+            .expect("the server answers")
+            .status()
+            .is_success()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_anonymous_flood_of_sessions_from_one_address_spares_other_addresses() {
+        let launch = Launch::with_args([
+            "--share-per-caller",
+            "50",
+            "--continuation-capacity",
+            "1000",
+        ]);
+        let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+        let url = server.url().to_owned();
+        let (flooder, neighbour) = (
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
+        );
+        let kept = open_session(&url, neighbour).await.expect("a session");
+        let mut flood = Vec::new();
+        for _ in 0..2_000 {
+            flood.push(open_session(&url, flooder).await.expect("a session"));
+        }
+        let neighbour_kept = session_serves(&url, neighbour, &kept).await;
+        let mut flooder_kept = 0;
+        for session in &flood {
+            if session_serves(&url, flooder, session).await {
+                flooder_kept += 1;
+            }
+        }
+        println!(
+            "session flood: 2,000 anonymous initializes from 127.0.0.1 (store capacity 1,000, share \
+             50); {flooder_kept} of them still open; the session from 127.0.0.2 {}",
+            if neighbour_kept {
+                "survived"
+            } else {
+                "was evicted"
+            }
+        );
+        assert!(neighbour_kept, "the other address's session survives");
+        assert_eq!(
+            flooder_kept, 50,
+            "the flooding address keeps exactly its share"
+        );
+    }
 }

@@ -193,33 +193,80 @@ async fn an_uncached_summary_is_a_task_whose_result_is_the_tools_usual_result() 
     );
 }
 
+/// Checks that `reply` is the summary itself, answered in its request, not a task.
+fn assert_summarized_in_the_request(reply: &Reply) {
+    assert_eq!(reply.status.as_u16(), 200, "{}", reply.body_text());
+    assert_eq!(
+        reply.result_type(),
+        "complete",
+        "answered in the request: {}",
+        reply.body_text()
+    );
+    assert_eq!(
+        structured(reply)["summary"],
+        "Reviewers adore its heart and its lead performances.",
+        "the provider's words: {}",
+        reply.body_text()
+    );
+}
+
 #[tokio::test]
-async fn a_call_too_large_to_keep_as_a_task_is_refused_and_nothing_runs() {
+async fn a_call_too_large_to_keep_as_a_task_is_answered_in_its_request() {
     let provider = FakeProvider::start(Answer::Text(ANSWER.into())).await;
     let server = movie_server(&provider, &[]).await;
     let ivy = server.user("ivy");
     // A client whose clientInfo alone would make a 100 KB task record in every replica's store.
     let bulky = json!({"name": "bulky-client", "version": "1.0.0", "title": "x".repeat(100_000)});
-    let refused = ivy
+    let answered = ivy
         .request("tools/call")
         .params(json!({"name": "summarizeMovieReviews", "arguments": summarize_args()}))
         .capabilities(taking_tasks())
         .meta("io.modelcontextprotocol/clientInfo", bulky)
         .send()
         .await;
-    refused.assert_error(200, -32602);
-    assert!(
-        refused
-            .error_message()
-            .starts_with("This call is too large to keep as a task"),
-        "{}",
-        refused.body_text()
+    assert_summarized_in_the_request(&answered);
+    assert_eq!(provider.call_count(), 1);
+}
+
+#[tokio::test]
+async fn when_the_task_store_is_full_a_call_is_answered_in_its_request_and_no_task_is_lost() {
+    let provider = FakeProvider::start(Answer::Text(ANSWER.into())).await;
+    // Room for one task (the in-memory store's capacity is the continuations').
+    let server = movie_server(&provider, &["--continuation-capacity", "1"]).await;
+    let (alice, bob) = (server.user("alice"), server.user("bob"));
+    let kept = task_id(&summarize_as_task(&alice).await);
+    wait_for_task(&alice, &kept, is_terminal).await;
+
+    // Another movie's summary, by another user: no room for its task, so it runs in the request,
+    // reporting each step once (the tool ran up to its task point before it was run again).
+    let answered = bob
+        .request("tools/call")
+        .params(json!({"name": "summarizeMovieReviews", "arguments": {"movieId": "5"}}))
+        .capabilities(taking_tasks())
+        .progress_token(json!("bobs-summary"))
+        .send()
+        .await;
+    assert_summarized_in_the_request(&answered);
+    let progress: Vec<Value> = answered
+        .notifications()
+        .into_iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .map(|n| n["params"]["progress"].clone())
+        .collect();
+    assert_eq!(
+        progress,
+        [json!(0.0), json!(0.4), json!(1.0)],
+        "progress only increases: {}",
+        answered.body_text()
     );
-    // The same call from an ordinary client is a task that runs: only it reaches the provider.
-    let created = summarize_as_task(&ivy).await;
-    let done = wait_for_task(&ivy, &task_id(&created), is_terminal).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    assert_eq!(provider.call_count(), 1, "the refused call never ran");
+    assert_eq!(provider.call_count(), 2, "both summaries were written");
+    let done = get_task(&alice, &kept).await;
+    assert_eq!(
+        done.result()["status"],
+        "completed",
+        "the task kept before is still there: {}",
+        done.body_text()
+    );
 }
 
 #[tokio::test]

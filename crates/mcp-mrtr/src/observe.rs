@@ -120,7 +120,8 @@ pub fn enable() {
     );
     describe_counter!(
         "mcp_tasks_total",
-        "Tasks created, and task status changes (input_required, completed, failed, cancelled)"
+        "Tasks created, task status changes (input_required, completed, failed, cancelled), and \
+         calls answered in their request because no task could be kept (not_kept)"
     );
 }
 
@@ -293,7 +294,8 @@ pub(crate) fn stream_replaced() {
     counter!("mcp_streams_replaced_total").increment(1);
 }
 
-/// `mcp_tasks_total{status}`: tasks created (`created`) and tasks that reached a final status.
+/// `mcp_tasks_total{status}`: tasks created (`created`), their status changes, and calls answered
+/// in their request because no task could be kept for them (`not_kept`).
 pub(crate) fn task(status: &'static str) {
     if !enabled() {
         return;

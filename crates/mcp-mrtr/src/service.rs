@@ -34,8 +34,8 @@ pub struct Settings {
     /// How long a client has to answer a round before its requestState expires.
     pub state_ttl: Duration,
     /// Most continuations (and, apart, sessions and tasks) kept in memory at once. Full, the
-    /// continuation and session stores evict their oldest entries; the task store refuses new
-    /// tasks, since a task is a promise to a client.
+    /// continuation and session stores evict their oldest entries; the task store keeps the
+    /// tasks it has (a task is a promise to a client), and calls are answered in their requests.
     pub memory_capacity: u64,
     /// Most continuations (and, apart, sessions and tasks) one owner holds at once, in memory or
     /// in Redis: a signed-in principal, or an anonymous caller's address. Past it, the owner's

@@ -253,10 +253,8 @@ async fn task_records_change_only_from_the_version_read_and_expire_on_their_own(
         .expect("Redis");
     let second = RedisStore::connect(config, 10).await.expect("Redis");
     let alice = Owner::new("alice");
-    first
-        .create(&alice, "t1", b"created".to_vec(), Duration::from_secs(60))
-        .await
-        .expect("create");
+    let created = first.create(&alice, "t1", b"created".to_vec(), Duration::from_secs(60));
+    assert!(created.await.expect("create"), "Redis has room");
     let read = second
         .read("t1")
         .await
@@ -276,10 +274,8 @@ async fn task_records_change_only_from_the_version_read_and_expire_on_their_own(
     let winner: &[u8] = if a { b"from first" } else { b"from second" };
     assert_eq!(now.record, winner);
 
-    first
-        .create(&alice, "short", b"x".to_vec(), Duration::from_millis(300))
-        .await
-        .expect("create");
+    let created = first.create(&alice, "short", b"x".to_vec(), Duration::from_millis(300));
+    assert!(created.await.expect("create"), "Redis has room");
     assert!(
         first
             .replace("short", 1, b"y".to_vec())
@@ -303,10 +299,8 @@ async fn a_task_record_whose_index_entry_cannot_be_written_is_not_left_behind() 
     let (store, prefix) = store_of_ten("mcp-task-half-test").await;
     let alice = Owner::new("alice");
     let ttl = Duration::from_secs(60);
-    store
-        .create(&alice, "first", b"created".to_vec(), ttl)
-        .await
-        .expect("create");
+    let created = store.create(&alice, "first", b"created".to_vec(), ttl);
+    assert!(created.await.expect("create"), "Redis has room");
 
     // Alice's index of tasks turns into a plain string (an operator's mistake, a key clash):
     // Redis now refuses to add to it, a real failure half-way through the creation.

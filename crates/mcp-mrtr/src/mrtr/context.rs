@@ -27,6 +27,9 @@ pub enum TaskMode {
     Unavailable,
     /// The client accepts a task in answer to this request.
     Available,
+    /// The client accepts tasks, but none can be kept for this call (the task store is full, or
+    /// the call is too large to keep): it goes on in the request.
+    Unkept,
     /// The handler is already running as a task.
     Running,
 }
@@ -110,17 +113,19 @@ impl RequestContext {
     /// answered at once with the new task, and the handler runs again as that task, finding its
     /// answers and remembered work, and returning `Ok` here. Ask the questions that decide
     /// whether to go ahead before this point: they are answered in rounds of the request itself,
-    /// as the extension advises. Without tasks this returns `Ok` and the call goes on as usual.
+    /// as the extension advises. Without tasks this returns `Ok` and the call goes on as usual,
+    /// and so it does, the handler run again, when no task can be kept for the call.
     pub fn continue_as_task(&self) -> Result<(), HandlerError> {
         match self.inner.tasks {
             TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new())),
-            TaskMode::Running | TaskMode::Unavailable => Ok(()),
+            TaskMode::Running | TaskMode::Unavailable | TaskMode::Unkept => Ok(()),
         }
     }
 
     /// Like [`continue_as_task`](Self::continue_as_task) for work that can only run as a task:
     /// a client that cannot take one gets -32021 naming the Tasks extension, and so does every
-    /// client when the handler is a prompt's or a resource's (see [`TaskMode::Unavailable`]).
+    /// client when the handler is a prompt's or a resource's (see [`TaskMode::Unavailable`]);
+    /// when no task can be kept for the call, -32603 says so.
     pub fn require_task(&self) -> Result<(), HandlerError> {
         match self.inner.tasks {
             TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new())),
@@ -128,6 +133,10 @@ impl RequestContext {
             TaskMode::Unavailable => Err(HandlerError::Protocol(
                 ProtocolError::missing_capability(json!({ "extensions": { TASKS_EXTENSION: {} } })),
             )),
+            TaskMode::Unkept => Err(HandlerError::Protocol(ProtocolError::internal(
+                "No task can be kept for this call now: the server's task store is full, or the \
+                 call is too large to keep as a task",
+            ))),
         }
     }
 
@@ -212,12 +221,16 @@ impl RequestContext {
         Ok(value)
     }
 
-    /// Reports progress when the request carries a progress token.
+    /// Reports progress when the request carries a progress token, and `progress` is past the
+    /// last value reported in this request (the spec has each notification's value increase).
     pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
         let (Some(notifier), Some(token)) = (&self.inner.notifier, &self.inner.meta.progress_token)
         else {
             return;
         };
+        if !notifier.progress_advances(progress) {
+            return;
+        }
         let mut params = json!({ "progressToken": token, "progress": progress });
         if let Some(total) = total {
             params["total"] = json!(total);

@@ -85,10 +85,32 @@ pub struct TaskSeed {
     pub owner: Owner,
     /// The request's `_meta`: the task's handler sees the same capabilities.
     pub meta: RequestMeta,
-    /// Answers the handler read in the request's rounds.
+    /// Answers the request's rounds gave: those the handler read, and those of the last round
+    /// it had not read yet when it asked for the task.
     pub answers: Map<String, Value>,
     /// Work the handler remembered.
     pub memo: Map<String, Value>,
+    /// Rounds of the conversation answered `input_required` before the one that asked for the
+    /// task.
+    pub earlier_rounds: u32,
+    /// The trace context of that round, and the conversation's baggage, so that a call that
+    /// goes on in its request stays in its conversation's trace.
+    pub trace: TraceCarrier,
+}
+
+/// Where a round starts from: the answers and remembered work it finds, and what it took.
+struct RoundStart {
+    round: RoundState,
+    memo: Map<String, Value>,
+    /// Rounds of this conversation answered `input_required` before this one.
+    earlier_rounds: u32,
+    /// The request's digest, once worked out (to open a state); sealing needs it too.
+    digest: Option<[u8; 32]>,
+    /// The continuation this retry took, kept to be put back if an answer is refused.
+    taken: Option<(ContinuationId, Vec<u8>, u64)>,
+    baggage: Option<String>,
+    span: tracing::Span,
+    tasks: TaskMode,
 }
 
 /// An `input_required` result: the questions of this round and the sealed state to echo back.
@@ -187,22 +209,11 @@ impl Engine {
         let mut baggage = call.meta.trace.baggage.clone();
         // The digest is needed only to open a state or to seal one: not for calls that never ask.
         let mut digest = None;
-        // The continuation this retry took, kept to be put back if an answer is refused.
         let mut taken = None;
         let mut round = RoundState::default();
         let mut memo = Map::new();
-        // Rounds of this conversation answered `input_required` before this one.
         let mut earlier_rounds = 0;
-        let round_span = tracing::info_span!(
-            "mcp.round",
-            otel.name = "mcp.round",
-            mcp.round = tracing::field::Empty,
-            mcp.name = tracing::field::Empty,
-        );
-        if call.method != Method::ResourcesRead {
-            // A tool's or prompt's name; a resource URI may carry what a user typed.
-            round_span.record("mcp.name", call.name);
-        }
+        let round_span = round_span(&call);
         match call.params.get("requestState") {
             None => round.available = responses,
             Some(Value::String(state)) => {
@@ -242,16 +253,95 @@ impl Engine {
                 ));
             }
         }
-        if let Some(baggage) = &baggage {
-            trace_context::record_baggage(&round_span, baggage);
-        }
-
-        let rounds = Arc::new(Rounds::new(round));
         let tasks = if call.tasks {
             TaskMode::Available
         } else {
             TaskMode::Unavailable
         };
+        let start = RoundStart {
+            round,
+            memo,
+            earlier_rounds,
+            digest,
+            taken,
+            baggage,
+            span: round_span,
+            tasks,
+        };
+        self.run_round(call, start, handler).await
+    }
+
+    /// Runs `handler` again, in the request whose round asked to continue as a task, when no
+    /// task can be kept for it (the task store is full, or the call too large to keep): the
+    /// handler finds the answers and remembered work of that round's `seed`, is offered no task,
+    /// and its call goes on in the request as it would for a client without the Tasks
+    /// extension. `call` is the request's, with the seed's principal, owner and meta.
+    pub async fn continue_untasked<T, F, Fut>(
+        &self,
+        call: Call<'_>,
+        seed: TaskSeed,
+        handler: F,
+    ) -> Result<Outcome<T>, ProtocolError>
+    where
+        F: FnOnce(RequestContext) -> Fut,
+        Fut: Future<Output = Result<T, HandlerError>>,
+    {
+        let TaskSeed {
+            answers,
+            memo,
+            earlier_rounds,
+            trace,
+            ..
+        } = seed;
+        let span = round_span(&call);
+        let round_trace = TraceCarrier {
+            traceparent: trace.traceparent,
+            tracestate: trace.tracestate,
+            baggage: None,
+        };
+        trace_context::adopt(&span, &round_trace);
+        let start = RoundStart {
+            round: RoundState {
+                available: answers,
+                ..RoundState::default()
+            },
+            memo,
+            earlier_rounds,
+            digest: None,
+            taken: None,
+            baggage: call.meta.trace.baggage.clone().or(trace.baggage),
+            span,
+            tasks: TaskMode::Unkept,
+        };
+        self.run_round(call, start, handler).await
+    }
+
+    /// Runs `handler` from `start`: its result, or the next round parked, or its task's seed.
+    async fn run_round<T, F, Fut>(
+        &self,
+        call: Call<'_>,
+        start: RoundStart,
+        handler: F,
+    ) -> Result<Outcome<T>, ProtocolError>
+    where
+        F: FnOnce(RequestContext) -> Fut,
+        Fut: Future<Output = Result<T, HandlerError>>,
+    {
+        let RoundStart {
+            round,
+            memo,
+            earlier_rounds,
+            digest,
+            taken,
+            baggage,
+            span: round_span,
+            tasks,
+        } = start;
+        if let Some(baggage) = &baggage {
+            trace_context::record_baggage(&round_span, baggage);
+        }
+
+        let rounds = Arc::new(Rounds::new(round));
         let context = RequestContext::new(
             call.principal,
             call.meta,
@@ -288,13 +378,21 @@ impl Engine {
                     .await
                     .map(Outcome::InputRequired)
             }
-            Err(HandlerError::TaskRequested(_)) => Ok(Outcome::Task(Box::new(TaskSeed {
-                principal: context.principal().clone(),
-                owner: call.owner,
-                meta: context.meta().clone(),
-                answers: rounds.take().used,
-                memo: context.take_memo(),
-            }))),
+            Err(HandlerError::TaskRequested(_)) => {
+                // Answers not read before the task point are read after it.
+                let round = rounds.take();
+                let mut answers = round.used;
+                answers.extend(round.available);
+                Ok(Outcome::Task(Box::new(TaskSeed {
+                    principal: context.principal().clone(),
+                    owner: call.owner,
+                    meta: context.meta().clone(),
+                    answers,
+                    memo: context.take_memo(),
+                    earlier_rounds,
+                    trace: trace_context::carrier_of(&round_span, baggage.as_deref()),
+                })))
+            }
             Err(error) => {
                 if rounds.refused_answer()
                     && let Some((id, payload, expires_at)) = taken
@@ -472,6 +570,21 @@ struct Parked {
     trace: TraceCarrier,
 }
 
+/// The span of one round of `call`.
+fn round_span(call: &Call<'_>) -> tracing::Span {
+    let span = tracing::info_span!(
+        "mcp.round",
+        otel.name = "mcp.round",
+        mcp.round = tracing::field::Empty,
+        mcp.name = tracing::field::Empty,
+    );
+    if call.method != Method::ResourcesRead {
+        // A tool's or prompt's name; a resource URI may carry what a user typed.
+        span.record("mcp.name", call.name);
+    }
+    span
+}
+
 /// SHA-256 over the method, the name and the arguments in canonical JSON (keys sorted), so the
 /// same request always has the same digest whatever the client's key order.
 pub fn request_digest(method: &str, name: &str, arguments: &Value) -> [u8; 32] {
@@ -525,7 +638,132 @@ fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::ClientCapabilities;
+    use crate::protocol::input::Elicitation;
+    use crate::store::MemoryStore;
     use serde_json::json;
+
+    /// A `tools/call` of tool `t` by an anonymous caller.
+    fn call<'a>(arguments: &'a Value, params: &'a Map<String, Value>) -> Call<'a> {
+        Call {
+            method: Method::ToolsCall,
+            name: "t",
+            arguments,
+            params,
+            principal: Principal::Anonymous,
+            owner: Owner::new("anonymous"),
+            meta: RequestMeta {
+                protocol_version: "2026-07-28".into(),
+                client_info: None,
+                capabilities: ClientCapabilities {
+                    elicitation_form: true,
+                    ..ClientCapabilities::default()
+                },
+                log_level: None,
+                progress_token: None,
+                trace: TraceCarrier::default(),
+            },
+            notifier: None,
+            live_asker: None,
+            tasks: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_no_task_is_kept_for_goes_on_with_what_its_round_had() {
+        let engine = Engine::new(
+            StateSealer::generate(),
+            Arc::new(MemoryStore::new(10, 10)),
+            Duration::from_secs(60),
+        );
+        let (arguments, params) = (json!({}), Map::new());
+        let schema = json!({"type": "object", "properties": {"ok": {"type": "boolean"}}});
+        let handler = |ctx: RequestContext| {
+            let schema = schema.clone();
+            async move {
+                let first = ctx.elicit("first", "Go ahead?", schema.clone()).await?;
+                let step = ctx.remember("step", || async { Ok(2) }).await?;
+                ctx.continue_as_task()?;
+                let second = ctx.elicit("second", "Sure?", schema).await?;
+                Ok((first, step, second))
+            }
+        };
+        let accepted = json!({"action": "accept", "content": {"ok": true}});
+        let answers = Map::from_iter([("first".to_owned(), accepted.clone())]);
+        let memo = Map::from_iter([("step".to_owned(), json!(1))]);
+
+        let seed = |answers: &Map<String, Value>| TaskSeed {
+            principal: Principal::Anonymous,
+            owner: Owner::new("anonymous"),
+            meta: call(&arguments, &params).meta,
+            answers: answers.clone(),
+            memo: memo.clone(),
+            earlier_rounds: 1,
+            trace: TraceCarrier::default(),
+        };
+
+        // What the round had is found again; a question after the task point is a new round.
+        let outcome = engine
+            .continue_untasked(call(&arguments, &params), seed(&answers), handler)
+            .await;
+        let Ok(Outcome::InputRequired(round)) = outcome else {
+            panic!("a question past the task point is asked in a round of the request");
+        };
+        let asked: Vec<&str> = round.requests.iter().map(|(key, _)| key.as_str()).collect();
+        assert_eq!(
+            asked,
+            ["second"],
+            "the first question was answered in its round"
+        );
+
+        // The retry, from a client that still takes tasks, asks for a task again; its seed
+        // carries the new answer, which was not read before the task point.
+        let retry = Map::from_iter([
+            ("requestState".to_owned(), json!(round.request_state)),
+            (
+                "inputResponses".to_owned(),
+                json!({"second": {"action": "decline"}}),
+            ),
+        ]);
+        let taking_tasks = Call {
+            tasks: true,
+            ..call(&arguments, &retry)
+        };
+        let Ok(Outcome::Task(again)) = engine.run(taking_tasks, handler).await else {
+            panic!("the retry reaches the task point");
+        };
+        assert_eq!(again.answers["second"], json!({"action": "decline"}));
+        // With no room for that task either, it completes in the request, not asking again.
+        let Ok(Outcome::Complete((first, step, second))) = engine
+            .continue_untasked(call(&arguments, &retry), *again, handler)
+            .await
+        else {
+            panic!("the retry completes in its request");
+        };
+        assert!(matches!(first, Elicitation::Accepted(ref form) if form["ok"] == true));
+        assert_eq!(step, 1, "the remembered work, not done again");
+        assert!(matches!(second, Elicitation::Declined));
+
+        // Work that can only run as a task says why it cannot run now.
+        let outcome = engine
+            .continue_untasked(
+                call(&arguments, &params),
+                seed(&answers),
+                |ctx| async move { ctx.require_task() },
+            )
+            .await;
+        let Err(error) = outcome else {
+            panic!("require_task fails when no task can be kept");
+        };
+        assert_eq!(error.to_json()["code"], -32603);
+        assert!(
+            error.to_json()["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("No task can be kept for this call now")),
+            "{}",
+            error.to_json()
+        );
+    }
 
     #[test]
     fn the_canonical_form_is_stable() {

@@ -371,18 +371,38 @@ impl Server {
             (Some(tasks), Era::Modern) if env.meta.capabilities.tasks => Some(tasks),
             _ => None,
         };
+        // Kept for a call that goes on in its request when no task can be kept for it.
+        let notifier = tasks.and_then(|_| env.notifier.clone());
         let mut call = engine_call(Method::ToolsCall, name, arguments, params, env);
         call.tasks = tasks.is_some();
         let outcome = self
             .engine
             .run(call, |ctx| tool.call(ctx, arguments.clone()))
             .await?;
-        match (outcome, tasks) {
-            (Outcome::Task(seed), Some(tasks)) => {
-                Ok(Reply::Task(tasks.create(name, arguments, *seed).await?))
-            }
-            (outcome, _) => finish(outcome),
+        let (seed, tasks) = match (outcome, tasks) {
+            (Outcome::Task(seed), Some(tasks)) => (seed, tasks),
+            (outcome, _) => return finish(outcome),
+        };
+        if let Some(created) = tasks.create(name, arguments, &seed).await? {
+            return Ok(Reply::Task(created));
         }
+        let call = Call {
+            method: Method::ToolsCall,
+            name,
+            arguments,
+            params,
+            principal: seed.principal.clone(),
+            owner: seed.owner.clone(),
+            meta: seed.meta.clone(),
+            notifier,
+            live_asker: None,
+            tasks: false,
+        };
+        let outcome = self
+            .engine
+            .continue_untasked(call, *seed, |ctx| tool.call(ctx, arguments.clone()))
+            .await?;
+        finish(outcome)
     }
 
     /// `tasks/get`, `tasks/update` and `tasks/cancel`, for clients that declared the extension.

@@ -404,7 +404,7 @@ impl TaskStore for RedisStore {
         id: &str,
         record: Vec<u8>,
         ttl: Duration,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let key = self.task_key(id);
         let mut invocation = self.create_task.key(&key);
         invocation.arg(record).arg(ttl_millis(ttl));
@@ -417,7 +417,8 @@ impl TaskStore for RedisStore {
             // no one will hear of this task, so it goes rather than wait out its time to live.
             let _ = self.run::<()>(&redis::cmd("DEL").arg(&key).clone()).await;
         }
-        created
+        // Redis keeps what fits in its memory; the owner's share bounds each caller's records.
+        created.map(|()| true)
     }
 
     async fn read(&self, id: &str) -> Result<Option<Versioned>, StoreError> {

@@ -26,15 +26,16 @@ pub struct Versioned {
 #[async_trait]
 pub trait TaskStore: Send + Sync + 'static {
     /// Stores a new record under `id` for `ttl`, counted against `owner`'s share: an owner past
-    /// its share loses its own oldest records. Durable when it returns: any replica's
-    /// [`read`](Self::read) finds it.
+    /// its share loses its own oldest records. Durable when it returns `true`: any replica's
+    /// [`read`](Self::read) finds it. `false`, and nothing stored, when the store has no room
+    /// for another record.
     async fn create(
         &self,
         owner: &Owner,
         id: &str,
         record: Vec<u8>,
         ttl: Duration,
-    ) -> Result<(), StoreError>;
+    ) -> Result<bool, StoreError>;
 
     /// The record under `id`; `None` if there is none or it expired.
     async fn read(&self, id: &str) -> Result<Option<Versioned>, StoreError>;
@@ -140,7 +141,7 @@ impl TaskStore for MemoryTaskStore {
         id: &str,
         record: Vec<u8>,
         ttl: Duration,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let now = Instant::now();
         let mut records = self.lock();
         if records.by_id.len() >= self.capacity || records.held_by(owner) >= self.share {
@@ -150,7 +151,7 @@ impl TaskStore for MemoryTaskStore {
             records.drop_oldest_of(owner);
         }
         if records.by_id.len() >= self.capacity {
-            return Err(StoreError("the task store is full".into()));
+            return Ok(false);
         }
         let stored = Versioned { version: 1, record };
         let entry = Record {
@@ -161,7 +162,7 @@ impl TaskStore for MemoryTaskStore {
         if records.by_id.insert(id.to_owned(), entry).is_none() {
             *records.per_owner.entry(owner.clone()).or_default() += 1;
         }
-        Ok(())
+        Ok(true)
     }
 
     async fn read(&self, id: &str) -> Result<Option<Versioned>, StoreError> {
@@ -195,10 +196,8 @@ mod tests {
     async fn a_change_that_names_an_old_version_is_refused() {
         let store = MemoryTaskStore::new(10, 10);
         let alice = Owner::new("alice");
-        store
-            .create(&alice, "t", b"one".to_vec(), Duration::from_secs(60))
-            .await
-            .unwrap();
+        let created = store.create(&alice, "t", b"one".to_vec(), Duration::from_secs(60));
+        assert!(created.await.unwrap());
         assert!(store.replace("t", 1, b"two".to_vec()).await.unwrap());
         assert!(!store.replace("t", 1, b"late".to_vec()).await.unwrap());
         let read = store.read("t").await.unwrap().unwrap();
@@ -209,10 +208,8 @@ mod tests {
     async fn an_expired_record_is_gone() {
         let store = MemoryTaskStore::new(10, 10);
         let alice = Owner::new("alice");
-        store
-            .create(&alice, "a", b"x".to_vec(), Duration::from_millis(20))
-            .await
-            .unwrap();
+        let created = store.create(&alice, "a", b"x".to_vec(), Duration::from_millis(20));
+        assert!(created.await.unwrap());
         tokio::time::sleep(Duration::from_millis(40)).await;
         assert_eq!(store.read("a").await.unwrap(), None);
         assert!(!store.replace("a", 1, b"z".to_vec()).await.unwrap());
@@ -223,9 +220,9 @@ mod tests {
         let store = MemoryTaskStore::new(10, 2);
         let (alice, bob) = (Owner::new("alice"), Owner::new("bob"));
         let hour = Duration::from_secs(3600);
-        store.create(&bob, "b1", b"b".to_vec(), hour).await.unwrap();
+        assert!(store.create(&bob, "b1", b"b".to_vec(), hour).await.unwrap());
         for id in ["a1", "a2", "a3"] {
-            store.create(&alice, id, b"a".to_vec(), hour).await.unwrap();
+            assert!(store.create(&alice, id, b"a".to_vec(), hour).await.unwrap());
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         assert_eq!(store.read("a1").await.unwrap(), None, "alice's oldest went");
@@ -239,12 +236,11 @@ mod tests {
         let store = MemoryTaskStore::new(2, 2);
         let hour = Duration::from_secs(3600);
         for (owner, id) in [("a", "1"), ("b", "2")] {
-            store
-                .create(&Owner::new(owner), id, vec![], hour)
-                .await
-                .unwrap();
+            let owner = Owner::new(owner);
+            assert!(store.create(&owner, id, vec![], hour).await.unwrap());
         }
         let refused = store.create(&Owner::new("c"), "3", vec![], hour).await;
-        assert!(refused.is_err());
+        assert_eq!(refused.ok(), Some(false), "no room");
+        assert_eq!(store.read("3").await.ok(), Some(None), "nothing stored");
     }
 }

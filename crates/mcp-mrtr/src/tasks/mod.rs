@@ -28,6 +28,7 @@ use tokio::task::AbortHandle;
 use record::{Lease, Status, TaskRecord};
 
 use crate::auth::Principal;
+use crate::log_budget::LogBudget;
 use crate::mrtr::TaskSeed;
 use crate::observe;
 use crate::protocol::ProtocolError;
@@ -38,8 +39,11 @@ use crate::store::TaskStore;
 /// Largest task record created: the call's arguments, the client's `_meta` (its `clientInfo`,
 /// capabilities) and what the handler carries into the task (answers, remembered work) are kept
 /// with the task for its whole life, in the store every replica reads, so a call that would make
-/// a larger record is refused rather than kept.
+/// a larger record goes on in its request instead.
 pub const MAX_NEW_TASK_BYTES: usize = 64 * 1024;
+
+/// Lines about the task store being full, which a flood of calls can cause.
+static STORE_FULL: LogBudget = LogBudget::new();
 
 /// How tasks are kept and run.
 #[derive(Debug, Clone)]
@@ -127,13 +131,16 @@ impl Tasks {
     }
 
     /// Creates the task that continues `tool`'s call from `seed`, starts it on this replica, and
-    /// returns the `CreateTaskResult`. The record is stored before this returns.
+    /// returns the `CreateTaskResult`; the record is stored before this returns. `None`, and no
+    /// task, when none can be kept for the call: its record would take more than 64 KiB, or the
+    /// task store has no room. The call then goes on in its request
+    /// ([`Engine::continue_untasked`](crate::mrtr::Engine::continue_untasked)).
     pub async fn create(
         &self,
         tool: &str,
         arguments: &Value,
-        seed: TaskSeed,
-    ) -> Result<Value, ProtocolError> {
+        seed: &TaskSeed,
+    ) -> Result<Option<Value>, ProtocolError> {
         let id = random_hex();
         let now = now_ms();
         let settings = &self.shared.settings;
@@ -142,17 +149,17 @@ impl Tasks {
             user: seed.principal.user().map(str::to_owned),
             tool: tool.to_owned(),
             arguments: arguments.clone(),
-            protocol_version: seed.meta.protocol_version,
-            client_info: seed.meta.client_info,
-            capabilities: seed.meta.capabilities,
+            protocol_version: seed.meta.protocol_version.clone(),
+            client_info: seed.meta.client_info.clone(),
+            capabilities: seed.meta.capabilities.clone(),
             status: Status::Working,
             status_message: None,
             created_ms: now,
             updated_ms: now,
             ttl_ms: millis(settings.ttl),
             poll_ms: millis(settings.poll_interval),
-            answers: seed.answers,
-            memo: seed.memo,
+            answers: seed.answers.clone(),
+            memo: seed.memo.clone(),
             asked: Vec::new(),
             result: None,
             error: None,
@@ -160,27 +167,41 @@ impl Tasks {
         };
         let bytes = encode(&record)?;
         if bytes.len() > MAX_NEW_TASK_BYTES {
-            return Err(ProtocolError::invalid_params(format!(
-                "This call is too large to keep as a task: its arguments, _meta and answers take {} \
-                 bytes (at most {MAX_NEW_TASK_BYTES})",
-                bytes.len()
-            )));
+            tracing::debug!(
+                tool = %record.tool,
+                bytes = bytes.len(),
+                "a call too large to keep as a task goes on in its request"
+            );
+            observe::task("not_kept");
+            return Ok(None);
         }
         let created = record.created(&id);
         // Stored and started apart from the request, so a client that hangs up meanwhile cannot
         // leave a record with no worker.
         let tasks = self.clone();
-        let (ttl, owner) = (settings.ttl, seed.owner);
-        tokio::spawn(async move {
-            tasks.shared.store.create(&owner, &id, bytes, ttl).await?;
+        let (ttl, owner) = (settings.ttl, seed.owner.clone());
+        let kept = tokio::spawn(async move {
+            if !tasks.shared.store.create(&owner, &id, bytes, ttl).await? {
+                return Ok(false);
+            }
             tracing::debug!(task = %id, tool = %record.tool, "task created");
             observe::task("created");
             tasks.start(id, record);
-            Ok::<_, ProtocolError>(())
+            Ok::<_, ProtocolError>(true)
         })
         .await
         .map_err(|e| ProtocolError::internal(format!("creating the task failed: {e}")))??;
-        Ok(created)
+        if !kept {
+            if let Some(held_back) = STORE_FULL.take() {
+                tracing::warn!(
+                    held_back,
+                    "the task store is full: a call that would have become a task goes on in its request"
+                );
+            }
+            observe::task("not_kept");
+            return Ok(None);
+        }
+        Ok(Some(created))
     }
 
     /// The `tasks/get` result for `principal`'s task `id`.

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use super::log_budget::LogBudget;
+use crate::log_budget::LogBudget;
 use crate::mrtr::{ClientAnswer, PendingAnswers};
 use crate::protocol::error::excerpt;
 use crate::store::{RedisEventRelay, RelayPublisher};

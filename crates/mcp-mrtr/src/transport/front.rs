@@ -13,9 +13,9 @@ use axum::http::{HeaderMap, Response, StatusCode, header};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::log_budget::LogBudget;
 use super::respond::{Accept, WireError, is_json};
 use super::{BUSY_WAIT, Endpoint};
+use crate::log_budget::LogBudget;
 use crate::protocol::Incoming;
 #[cfg(not(feature = "legacy"))]
 use crate::protocol::Method;

@@ -34,8 +34,8 @@ use tower::{Layer, Service, ServiceBuilder};
 use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, Cors, CorsLayer, ExposeHeaders};
 use tracing::{Level, Span};
 
-use super::log_budget::LogBudget;
 use super::origin::OriginPolicy;
+use crate::log_budget::LogBudget;
 use crate::protocol::ProtocolError;
 use crate::protocol::error::excerpt;
 use crate::protocol::jsonrpc::error_bytes;

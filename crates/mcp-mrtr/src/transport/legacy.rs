@@ -21,10 +21,10 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::answer_relay::AnswerRelay;
 use super::headers::header_text;
-use super::log_budget::LogBudget;
 use super::respond::{Accept, WireError, accepted, streamed};
 use super::{Endpoint, TransportOptions, owner_of, sse};
 use crate::auth::Principal;
+use crate::log_budget::LogBudget;
 use crate::mrtr::{Asker, LegacyPeer, PendingAnswers, QuestionIds};
 use crate::observe;
 use crate::protocol::error::excerpt;

@@ -13,7 +13,6 @@ mod layers;
 #[cfg(feature = "legacy")]
 mod legacy;
 mod listen;
-mod log_budget;
 mod modern;
 mod origin;
 mod respond;

@@ -1,6 +1,7 @@
 //! Log lines a client can cause at will (a refused Origin, a legacy session opened or ended, an
-//! answer nobody waits for), let through a few a second each. A client sending such requests as
-//! fast as it can would otherwise make the log grow as fast, and bury everything else in it.
+//! answer nobody waits for, the task store full), let through a few a second each. A client
+//! sending such requests as fast as it can would otherwise make the log grow as fast, and bury
+//! everything else in it.
 //! The lines held back are counted, and the next line let through says how many there were.
 
 use std::sync::Mutex;
@@ -10,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 const LINES_PER_SECOND: u32 = 5;
 
 /// The budget of one kind of line.
-pub(super) struct LogBudget {
+pub(crate) struct LogBudget {
     window: Mutex<Window>,
 }
 
@@ -24,7 +25,7 @@ struct Window {
 }
 
 impl LogBudget {
-    pub(super) const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
             window: Mutex::new(Window {
                 second: 0,
@@ -36,7 +37,7 @@ impl LogBudget {
 
     /// `Some` with how many lines of this kind were held back before it, when a line may be
     /// written now; `None` when it is held back.
-    pub(super) fn take(&self) -> Option<u64> {
+    pub(crate) fn take(&self) -> Option<u64> {
         let second = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_secs());
