@@ -466,7 +466,7 @@ async fn a_task_whose_replica_dies_is_reported_failed_within_a_lease() {
     );
 }
 
-/// The library's conformance fixture server (examples/conformance_server), on Redis.
+/// The library's conformance fixture server (examples/conformance_server), on Redis or alone.
 struct Fixture {
     child: Child,
     port: u16,
@@ -474,7 +474,26 @@ struct Fixture {
 }
 
 impl Fixture {
-    fn start(redis_prefix: &str, state_keys: &str, port: u16, log: PathBuf) -> Self {
+    /// A fixture replica sharing Redis under `redis_prefix`.
+    fn on_redis(redis_prefix: &str, state_keys: &str, port: u16, log: PathBuf) -> Self {
+        let store = [
+            "--redis-url",
+            &shared_redis_url(),
+            "--redis-prefix",
+            redis_prefix,
+        ];
+        Self::start(&store, state_keys, port, log)
+    }
+
+    /// A fixture replica alone, keeping continuations and tasks in memory, and its log.
+    fn alone() -> (Self, PathBuf) {
+        let keys = moviedb_mcp::mrtr::StateSealer::generate_spec("tasks");
+        let log = std::env::temp_dir().join(format!("moviedb-tasks-fixture-{}.log", random_hex(6)));
+        (Self::start(&[], &keys, free_port(), log.clone()), log)
+    }
+
+    /// A fixture started with `store_args` (where it keeps continuations and tasks).
+    fn start(store_args: &[&str], state_keys: &str, port: u16, log: PathBuf) -> Self {
         let output = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -487,12 +506,7 @@ impl Fixture {
                 "--bind",
                 &SocketAddr::from((Ipv4Addr::LOCALHOST, port)).to_string(),
             ])
-            .args([
-                "--redis-url",
-                &shared_redis_url(),
-                "--redis-prefix",
-                redis_prefix,
-            ])
+            .args(store_args)
             .stdin(Stdio::null())
             .stdout(output.try_clone().expect("clone the log handle"))
             .stderr(output)
@@ -538,8 +552,8 @@ async fn a_task_waiting_for_its_user_is_answered_on_another_replica_after_its_cr
     let keys = moviedb_mcp::mrtr::StateSealer::generate_spec("tasks");
     let log = std::env::temp_dir().join(format!("moviedb-tasks-fixture-{}.log", random_hex(6)));
     let port_a = free_port();
-    let mut replica_a = Fixture::start(&prefix, &keys, port_a, log.clone());
-    let replica_b = Fixture::start(&prefix, &keys, free_port(), log.clone());
+    let mut replica_a = Fixture::on_redis(&prefix, &keys, port_a, log.clone());
+    let replica_b = Fixture::on_redis(&prefix, &keys, free_port(), log.clone());
 
     let created = fixture_task_request(
         &replica_a.client(),
@@ -569,7 +583,7 @@ async fn a_task_waiting_for_its_user_is_answered_on_another_replica_after_its_cr
     // A goes away and comes back; the answer goes to B, which resumes the task.
     let _ = replica_a.child.kill();
     let _ = replica_a.child.wait();
-    replica_a = Fixture::start(&prefix, &keys, port_a, log.clone());
+    replica_a = Fixture::on_redis(&prefix, &keys, port_a, log.clone());
     let ack = fixture_task_request(
         &replica_b.client(),
         "tasks/update",
@@ -583,6 +597,112 @@ async fn a_task_waiting_for_its_user_is_answered_on_another_replica_after_its_cr
     let done = poll_task(get_on_a, is_terminal).await;
     assert_eq!(
         done["result"]["content"][0]["text"], "Deleted notes.txt",
+        "{done}"
+    );
+    let _ = std::fs::remove_file(&log);
+}
+
+#[tokio::test]
+async fn an_answer_that_does_not_fit_brought_by_the_request_that_became_a_task_is_asked_again() {
+    let (fixture, log) = Fixture::alone();
+    let client = fixture.client();
+    // The question comes in a round of the request, to a client that does not take tasks yet.
+    let call = json!({"name": "confirm_delete", "arguments": {"filename": "plan.txt"}});
+    let asked = client
+        .request("tools/call")
+        .params(call.clone())
+        .capabilities(json!({"elicitation": {"form": {}}}))
+        .send()
+        .await;
+    assert_eq!(
+        asked.result_type(),
+        "input_required",
+        "{}",
+        asked.body_text()
+    );
+    let key = asked
+        .input_requests()
+        .keys()
+        .next()
+        .cloned()
+        .expect("a question");
+
+    // Its retry takes tasks, and its answer does not fit: the tool reaches its task point
+    // before it reads the answer, so the call becomes a task, which asks the question again.
+    let mut retry = call;
+    retry["requestState"] = json!(asked.request_state());
+    retry["inputResponses"] = json!({&key: {"action": "accept", "content": "yes"}});
+    let created = fixture_task_request(&client, "tools/call", retry).await;
+    assert_eq!(created.result_type(), "task", "{}", created.body_text());
+    let id = task_id(created.result());
+    let get = || fixture_task_request(&client, "tasks/get", json!({"taskId": id}));
+    let question = poll_task(get, |task| task["status"] != "working").await;
+    assert_eq!(question["status"], "input_required", "{question}");
+    assert_eq!(
+        question["inputRequests"][&key]["method"], "elicitation/create",
+        "{question}"
+    );
+
+    let ack = fixture_task_request(
+        &client,
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {&key: {"action": "accept", "content": {"confirm": true}}}}),
+    )
+    .await;
+    assert_acknowledged(&ack);
+    let done = poll_task(get, is_terminal).await;
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Deleted plan.txt",
+        "{done}"
+    );
+    let _ = std::fs::remove_file(&log);
+}
+
+#[tokio::test]
+async fn work_that_needs_a_task_when_none_can_be_kept_is_refused_and_its_state_still_works() {
+    let (fixture, log) = Fixture::alone();
+    let client = fixture.client();
+
+    // A tool that asks its user first, then can only go on as a task.
+    let call = json!({"name": "test_tool_with_task", "arguments": {}});
+    let asked = fixture_task_request(&client, "tools/call", call.clone()).await;
+    assert_eq!(
+        asked.result_type(),
+        "input_required",
+        "{}",
+        asked.body_text()
+    );
+    let mut retry = call;
+    retry["requestState"] = json!(asked.request_state());
+    retry["inputResponses"] =
+        json!({"user_name": {"action": "accept", "content": {"name": "Ada"}}});
+    // A client whose clientInfo alone would make a 100 KB task record: none is kept for it.
+    let bulky = json!({"name": "bulky-client", "version": "1.0.0", "title": "x".repeat(100_000)});
+    for attempt in ["the retry", "the same retry again"] {
+        let refused = client
+            .request("tools/call")
+            .params(retry.clone())
+            .capabilities(taking_tasks())
+            .meta("io.modelcontextprotocol/clientInfo", bulky.clone())
+            .send()
+            .await;
+        refused.assert_error(500, -32603);
+        assert!(
+            refused
+                .error_message()
+                .starts_with("No task can be kept for this call now"),
+            "{attempt}: {}",
+            refused.body_text()
+        );
+    }
+    // The same retry from a client whose task fits.
+    let created = fixture_task_request(&client, "tools/call", retry).await;
+    assert_eq!(created.result_type(), "task", "{}", created.body_text());
+    let id = task_id(created.result());
+    let get = || fixture_task_request(&client, "tasks/get", json!({"taskId": id}));
+    let done = poll_task(get, is_terminal).await;
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Hello, Ada! Your task is done.",
         "{done}"
     );
     let _ = std::fs::remove_file(&log);
@@ -724,7 +844,7 @@ async fn an_answer_that_does_not_fit_its_question_is_refused_and_the_task_waits_
     let prefix = format!("moviedb-tasks-test-{}:", random_hex(6));
     let keys = moviedb_mcp::mrtr::StateSealer::generate_spec("tasks");
     let log = std::env::temp_dir().join(format!("moviedb-tasks-fixture-{}.log", random_hex(6)));
-    let fixture = Fixture::start(&prefix, &keys, free_port(), log.clone());
+    let fixture = Fixture::on_redis(&prefix, &keys, free_port(), log.clone());
     let client = fixture.client();
     let created = fixture_task_request(
         &client,

@@ -2,18 +2,28 @@
 //! child process to listen, and stopping it politely. Each includes this file with
 //! `#[path = "../common/mod.rs"] mod common;`.
 
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use rand::RngCore;
 use tokio::process::{Child, Command};
 
-/// A port of 127.0.0.1 that was free a moment ago.
+/// A port of 127.0.0.1 that was free a moment ago, and not handed out before in this process:
+/// the kernel may give a released port again, and nginx and a replica would be told the same one.
 pub fn free_port() -> anyhow::Result<u16> {
-    let listener =
-        std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("cannot find a free port")?;
-    Ok(listener.local_addr()?.port())
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .context("cannot find a free port")?;
+        let port = listener.local_addr()?.port();
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
+        if handed_out.insert(port) {
+            return Ok(port);
+        }
+    }
 }
 
 /// Lower-case hex of `bytes` random bytes.

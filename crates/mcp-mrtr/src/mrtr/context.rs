@@ -2,6 +2,7 @@
 //! remember work across rounds, and report progress and log messages.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
@@ -17,6 +18,10 @@ use crate::protocol::input::{
 };
 use crate::protocol::version::TASKS_EXTENSION;
 use crate::protocol::{ClientCapabilities, LogLevel, ProtocolError, RequestMeta};
+
+/// Why work that can only run as a task is refused when none can be kept for its call.
+pub(super) const NO_TASK_KEPT: &str = "No task can be kept for this call now: the server's task \
+     store is full, or the call is too large to keep as a task";
 
 /// Whether the rest of a call may continue as a task (the Tasks extension).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +45,8 @@ struct Inner {
     notifier: Option<Notifier>,
     asker: Arc<dyn Asker>,
     tasks: TaskMode,
+    /// Set when [`RequestContext::require_task`] refused to go on because no task can be kept.
+    wanted_a_task: AtomicBool,
     /// Work remembered with [`RequestContext::remember`].
     memo: Mutex<Map<String, Value>>,
 }
@@ -66,6 +73,7 @@ impl RequestContext {
                 notifier,
                 asker,
                 tasks,
+                wanted_a_task: AtomicBool::new(false),
                 memo: Mutex::new(memo),
             }),
         }
@@ -117,7 +125,7 @@ impl RequestContext {
     /// and so it does, the handler run again, when no task can be kept for the call.
     pub fn continue_as_task(&self) -> Result<(), HandlerError> {
         match self.inner.tasks {
-            TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new())),
+            TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new(false))),
             TaskMode::Running | TaskMode::Unavailable | TaskMode::Unkept => Ok(()),
         }
     }
@@ -128,16 +136,24 @@ impl RequestContext {
     /// when no task can be kept for the call, -32603 says so.
     pub fn require_task(&self) -> Result<(), HandlerError> {
         match self.inner.tasks {
-            TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new())),
+            TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new(true))),
             TaskMode::Running => Ok(()),
             TaskMode::Unavailable => Err(HandlerError::Protocol(
                 ProtocolError::missing_capability(json!({ "extensions": { TASKS_EXTENSION: {} } })),
             )),
-            TaskMode::Unkept => Err(HandlerError::Protocol(ProtocolError::internal(
-                "No task can be kept for this call now: the server's task store is full, or the \
-                 call is too large to keep as a task",
-            ))),
+            TaskMode::Unkept => {
+                self.inner.wanted_a_task.store(true, Ordering::Relaxed);
+                Err(HandlerError::Protocol(ProtocolError::internal(
+                    NO_TASK_KEPT,
+                )))
+            }
         }
+    }
+
+    /// Whether [`require_task`](Self::require_task) refused to go on because no task can be
+    /// kept for the call.
+    pub(crate) fn wanted_a_task(&self) -> bool {
+        self.inner.wanted_a_task.load(Ordering::Relaxed)
     }
 
     /// Asks the user to fill a form. Returns [`Elicitation::Unsupported`] at once when the client

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use tracing::Instrument as _;
 
 use super::ask::Asker;
-use super::context::{RequestContext, TaskMode};
+use super::context::{NO_TASK_KEPT, RequestContext, TaskMode};
 use super::error::HandlerError;
 use super::notify::Notifier;
 use super::rounds::{RoundState, Rounds};
@@ -28,6 +28,13 @@ use crate::trace_context;
 /// A continuation taken from the store, with what it takes to put it back as it was.
 struct Resumed {
     continuation: Continuation,
+    taken: Taken,
+}
+
+/// A retry's continuation, as taken from the store: put back when the retry fails for a reason
+/// the client (an answer that does not answer its question) or the server (no task can be kept
+/// now) can mend, so the same `requestState` works again.
+struct Taken {
     id: ContinuationId,
     payload: Vec<u8>,
     /// Unix seconds when its state expires.
@@ -96,6 +103,11 @@ pub struct TaskSeed {
     /// The trace context of that round, and the conversation's baggage, so that a call that
     /// goes on in its request stays in its conversation's trace.
     pub trace: TraceCarrier,
+    /// Whether the handler asked with [`RequestContext::require_task`]: it cannot go on
+    /// without a task.
+    required: bool,
+    /// The continuation the round's retry took, for a call that goes on in its request.
+    taken: Option<Taken>,
 }
 
 /// Where a round starts from: the answers and remembered work it finds, and what it took.
@@ -107,7 +119,7 @@ struct RoundStart {
     /// The request's digest, once worked out (to open a state); sealing needs it too.
     digest: Option<[u8; 32]>,
     /// The continuation this retry took, kept to be put back if an answer is refused.
-    taken: Option<(ContinuationId, Vec<u8>, u64)>,
+    taken: Option<Taken>,
     baggage: Option<String>,
     span: tracing::Span,
     tasks: TaskMode,
@@ -220,11 +232,9 @@ impl Engine {
                 let request = request_digest(call.method.as_str(), call.name, call.arguments);
                 let Resumed {
                     continuation: parked,
-                    id,
-                    payload,
-                    expires_at,
+                    taken: resumed,
                 } = self.resume(state, &call.principal.id(), &request).await?;
-                taken = Some((id, payload, expires_at));
+                taken = Some(resumed);
                 digest = Some(request);
                 earlier_rounds = parked.rounds.max(1);
                 let earlier = TraceCarrier {
@@ -275,7 +285,11 @@ impl Engine {
     /// task can be kept for it (the task store is full, or the call too large to keep): the
     /// handler finds the answers and remembered work of that round's `seed`, is offered no task,
     /// and its call goes on in the request as it would for a client without the Tasks
-    /// extension. `call` is the request's, with the seed's principal, owner and meta.
+    /// extension. `call` is the request's, with the seed's principal, owner and meta. A handler
+    /// that asked with [`RequestContext::require_task`] is not run again: the call fails with
+    /// -32603 saying why. Either way the continuation the request's retry took is put back when
+    /// the call fails for a reason that can be mended (no room now, or an answer refused), so
+    /// the same `requestState` works again.
     pub async fn continue_untasked<T, F, Fut>(
         &self,
         call: Call<'_>,
@@ -287,12 +301,22 @@ impl Engine {
         Fut: Future<Output = Result<T, HandlerError>>,
     {
         let TaskSeed {
+            owner,
             answers,
             memo,
             earlier_rounds,
             trace,
+            required,
+            taken,
             ..
         } = seed;
+        if required {
+            // Running the handler again would only repeat its work up to the same refusal.
+            if let Some(taken) = taken {
+                self.put_back(&owner, taken).await;
+            }
+            return Err(ProtocolError::internal(NO_TASK_KEPT));
+        }
         let span = round_span(&call);
         let round_trace = TraceCarrier {
             traceparent: trace.traceparent,
@@ -308,7 +332,7 @@ impl Engine {
             memo,
             earlier_rounds,
             digest: None,
-            taken: None,
+            taken,
             baggage: call.meta.trace.baggage.clone().or(trace.baggage),
             span,
             tasks: TaskMode::Unkept,
@@ -378,7 +402,7 @@ impl Engine {
                     .await
                     .map(Outcome::InputRequired)
             }
-            Err(HandlerError::TaskRequested(_)) => {
+            Err(HandlerError::TaskRequested(pending)) => {
                 // Answers not read before the task point are read after it.
                 let round = rounds.take();
                 let mut answers = round.used;
@@ -391,27 +415,40 @@ impl Engine {
                     memo: context.take_memo(),
                     earlier_rounds,
                     trace: trace_context::carrier_of(&round_span, baggage.as_deref()),
+                    required: pending.required(),
+                    taken,
                 })))
             }
             Err(error) => {
-                if rounds.refused_answer()
-                    && let Some((id, payload, expires_at)) = taken
+                if (rounds.refused_answer() || context.wanted_a_task())
+                    && let Some(taken) = taken
                 {
-                    // The client may still answer properly with the same state.
-                    self.put_back(&call.owner, id, payload, expires_at).await;
+                    // The client may still answer properly, or find room, with the same state.
+                    self.put_back(&call.owner, taken).await;
                 }
                 Err(protocol_error(call.method, call.name, error))
             }
         }
     }
 
+    /// Puts back the continuation the retry behind `seed` took, when no task was made from it
+    /// because the task store failed: the same `requestState` works again.
+    pub async fn give_back(&self, seed: TaskSeed) {
+        if let Some(taken) = seed.taken {
+            self.put_back(&seed.owner, taken).await;
+        }
+    }
+
     /// Puts a taken continuation back under its id for what is left of its state's life.
-    async fn put_back(&self, owner: &Owner, id: ContinuationId, payload: Vec<u8>, expires_at: u64) {
+    async fn put_back(&self, owner: &Owner, taken: Taken) {
+        let Taken {
+            id,
+            payload,
+            expires_at,
+        } = taken;
         let left = Duration::from_secs(expires_at.saturating_sub(unix_now()).max(1));
         if let Err(error) = self.store.put(owner, id, payload, left).await {
-            tracing::warn!(
-                "a refused answer used up its requestState: cannot put it back: {error}"
-            );
+            tracing::warn!("a failed retry used up its requestState: cannot put it back: {error}");
         }
     }
 
@@ -468,9 +505,11 @@ impl Engine {
         })?;
         Ok(Resumed {
             continuation,
-            id: claims.continuation,
-            payload,
-            expires_at: claims.expires_at,
+            taken: Taken {
+                id: claims.continuation,
+                payload,
+                expires_at: claims.expires_at,
+            },
         })
     }
 
@@ -700,6 +739,8 @@ mod tests {
             memo: memo.clone(),
             earlier_rounds: 1,
             trace: TraceCarrier::default(),
+            required: false,
+            taken: None,
         };
 
         // What the round had is found again; a question after the task point is a new round.
@@ -762,6 +803,158 @@ mod tests {
                 .is_some_and(|m| m.starts_with("No task can be kept for this call now")),
             "{}",
             error.to_json()
+        );
+    }
+
+    /// Where a test handler asks its one question, `go`, and what it does about tasks.
+    #[derive(Clone, Copy)]
+    enum Plan {
+        /// A task point, then the question.
+        AskAfterTaskPoint,
+        /// The question, then work that can only run as a task.
+        AskThenRequireTask,
+        /// A task point, the question, then work that can only run as a task.
+        TaskPointAskRequireTask,
+    }
+
+    #[tokio::test]
+    async fn a_retry_that_goes_on_in_its_request_keeps_its_state_when_it_cannot_finish() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let engine = Engine::new(
+            StateSealer::generate(),
+            Arc::new(MemoryStore::new(10, 10)),
+            Duration::from_secs(60),
+        );
+        let arguments = json!({});
+        let schema = json!({"type": "object", "properties": {"ok": {"type": "boolean"}}});
+        let runs = AtomicUsize::new(0);
+        let handler = |plan: Plan| {
+            let (schema, runs) = (schema.clone(), &runs);
+            move |ctx: RequestContext| async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let ask = || ctx.elicit("go", "Go ahead?", schema.clone());
+                match plan {
+                    Plan::AskAfterTaskPoint => {
+                        ctx.continue_as_task()?;
+                        ask().await
+                    }
+                    Plan::AskThenRequireTask => {
+                        let go = ask().await?;
+                        ctx.require_task()?;
+                        Ok(go)
+                    }
+                    Plan::TaskPointAskRequireTask => {
+                        ctx.continue_as_task()?;
+                        let go = ask().await?;
+                        ctx.require_task()?;
+                        Ok(go)
+                    }
+                }
+            }
+        };
+        let retry_with = |state: &str, answer: Value| {
+            Map::from_iter([
+                ("requestState".to_owned(), json!(state)),
+                ("inputResponses".to_owned(), json!({ "go": answer })),
+            ])
+        };
+        let taking_tasks = |params| Call {
+            tasks: true,
+            ..call(&arguments, params)
+        };
+        let first_round = |plan| {
+            let params = Map::new();
+            let handler = handler(plan);
+            let engine = &engine;
+            let arguments = &arguments;
+            async move {
+                match engine.run(call(arguments, &params), handler).await {
+                    Ok(Outcome::InputRequired(round)) => round.request_state,
+                    _ => panic!("the first round asks"),
+                }
+            }
+        };
+        let accepted = json!({"action": "accept", "content": {"ok": true}});
+        let assert_no_task_kept = |outcome: Result<Outcome<Elicitation>, ProtocolError>| {
+            let Err(error) = outcome else {
+                panic!("no task, no work");
+            };
+            assert_eq!(error.to_json()["code"], -32603, "{}", error.to_json());
+        };
+
+        // An answer that does not answer its question, found only when the handler runs on in
+        // the request: the client can still answer properly with the same state.
+        let plan = Plan::AskAfterTaskPoint;
+        let state = first_round(plan).await;
+        let wrong = retry_with(&state, json!({"action": "accept", "content": "yes"}));
+        let Ok(Outcome::Task(seed)) = engine.run(taking_tasks(&wrong), handler(plan)).await else {
+            panic!("the retry reaches the task point before it reads its answer");
+        };
+        let refused = engine
+            .continue_untasked(call(&arguments, &wrong), *seed, handler(plan))
+            .await;
+        let Err(error) = refused else {
+            panic!("the answer is refused");
+        };
+        assert_eq!(error.to_json()["code"], -32602, "{}", error.to_json());
+        let right = retry_with(&state, accepted.clone());
+        let Ok(Outcome::Complete(go)) = engine.run(call(&arguments, &right), handler(plan)).await
+        else {
+            panic!("the same state, answered properly, completes the call");
+        };
+        assert!(matches!(go, Elicitation::Accepted(ref form) if form["ok"] == true));
+
+        // Work that can only run as a task is refused at once, not run again to find that out,
+        // and its state works again once there is room.
+        let plan = Plan::AskThenRequireTask;
+        let state = first_round(plan).await;
+        let retry = retry_with(&state, accepted.clone());
+        let Ok(Outcome::Task(seed)) = engine.run(taking_tasks(&retry), handler(plan)).await else {
+            panic!("the retry asks for its task");
+        };
+        let before = runs.load(Ordering::SeqCst);
+        assert_no_task_kept(
+            engine
+                .continue_untasked(call(&arguments, &retry), *seed, handler(plan))
+                .await,
+        );
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            before,
+            "the handler was not run again"
+        );
+        let Ok(Outcome::Task(seed)) = engine.run(taking_tasks(&retry), handler(plan)).await else {
+            panic!("the state was put back");
+        };
+
+        // The task store failed: what the seed took is given back.
+        engine.give_back(*seed).await;
+        assert!(
+            matches!(
+                engine.run(taking_tasks(&retry), handler(plan)).await,
+                Ok(Outcome::Task(_))
+            ),
+            "the state was given back"
+        );
+
+        // Work found to need a task only when run again in the request keeps its state too.
+        let plan = Plan::TaskPointAskRequireTask;
+        let state = first_round(plan).await;
+        let retry = retry_with(&state, accepted);
+        let Ok(Outcome::Task(seed)) = engine.run(taking_tasks(&retry), handler(plan)).await else {
+            panic!("the retry reaches the task point");
+        };
+        assert_no_task_kept(
+            engine
+                .continue_untasked(call(&arguments, &retry), *seed, handler(plan))
+                .await,
+        );
+        assert!(
+            matches!(
+                engine.run(taking_tasks(&retry), handler(plan)).await,
+                Ok(Outcome::Task(_))
+            ),
+            "the state was put back"
         );
     }
 

@@ -30,11 +30,18 @@ impl InputPending {
 /// Marker that a handler asked to continue as a task; only a
 /// [`RequestContext`](super::RequestContext) that may create one creates it.
 #[derive(Debug)]
-pub struct TaskPending(());
+pub struct TaskPending {
+    /// Asked with `require_task`: the handler cannot go on without a task.
+    required: bool,
+}
 
 impl TaskPending {
-    pub(crate) fn new() -> Self {
-        Self(())
+    pub(crate) fn new(required: bool) -> Self {
+        Self { required }
+    }
+
+    pub(crate) fn required(&self) -> bool {
+        self.required
     }
 }
 

@@ -22,8 +22,17 @@ pub(crate) struct RoundState {
     pub used: Map<String, Value>,
     /// Questions of the round being built.
     pub pending: Vec<(String, InputRequest)>,
-    /// Set when an answer of this retry was not a valid answer to its question.
-    pub refused_answer: bool,
+    /// An answer that was not a valid answer to its question.
+    pub refused: Option<RefusedAnswer>,
+}
+
+/// An answer refused as not answering its question.
+#[derive(Debug)]
+pub(crate) struct RefusedAnswer {
+    pub key: String,
+    /// Whether this run read it for the first time: an answer read before and asked for again
+    /// as another kind of question is the handler's mistake, not the client's.
+    pub first_read: bool,
 }
 
 /// Answers from the request's `inputResponses` and the parked continuation.
@@ -40,9 +49,9 @@ impl Rounds {
         std::mem::take(&mut *self.lock())
     }
 
-    /// Whether an answer of this retry was refused as not answering its question.
+    /// Whether an answer was refused as not answering its question.
     pub fn refused_answer(&self) -> bool {
-        self.lock().refused_answer
+        self.lock().refused.is_some()
     }
 
     fn lock(&self) -> MutexGuard<'_, RoundState> {
@@ -70,10 +79,10 @@ impl Asker for Rounds {
                 continue;
             }
             // A read answer moves from `available` to `used`; asking for it again reads it there.
-            let raw = match round.available.remove(&key) {
-                Some(raw) => raw,
+            let (raw, first_read) = match round.available.remove(&key) {
+                Some(raw) => (raw, true),
                 None => match round.used.get(&key) {
-                    Some(raw) => raw.clone(),
+                    Some(raw) => (raw.clone(), false),
                     None => {
                         missing.push((key, request));
                         continue;
@@ -92,7 +101,7 @@ impl Asker for Rounds {
             let answer = match answer {
                 Ok(answer) => answer,
                 Err(refusal) => {
-                    round.refused_answer = true;
+                    round.refused = Some(RefusedAnswer { key, first_read });
                     return Err(refusal.into());
                 }
             };

@@ -383,8 +383,13 @@ impl Server {
             (Outcome::Task(seed), Some(tasks)) => (seed, tasks),
             (outcome, _) => return finish(outcome),
         };
-        if let Some(created) = tasks.create(name, arguments, &seed).await? {
-            return Ok(Reply::Task(created));
+        match tasks.create(name, arguments, &seed).await {
+            Ok(Some(created)) => return Ok(Reply::Task(created)),
+            Ok(None) => {}
+            Err(error) => {
+                self.engine.give_back(*seed).await;
+                return Err(error);
+            }
         }
         let call = Call {
             method: Method::ToolsCall,

@@ -12,9 +12,10 @@ use tokio::task::AbortHandle;
 
 use super::{Change, Status, TaskRecord, Tasks, millis, now_ms};
 use crate::mrtr::engine::protocol_error;
-use crate::mrtr::rounds::{RoundState, Rounds};
+use crate::mrtr::rounds::{RefusedAnswer, RoundState, Rounds};
 use crate::mrtr::{HandlerError, RequestContext, TaskMode};
 use crate::observe;
+use crate::protocol::content::CallToolResult;
 use crate::protocol::{Method, ProtocolError};
 
 /// How long to wait before trying again to record a task's ending.
@@ -146,7 +147,10 @@ impl Tasks {
         }
     }
 
-    /// Runs the task's tool once, from its answers and remembered work.
+    /// Runs the task's tool from its answers and remembered work. An answer the task was
+    /// created with that does not answer its question (the call's last request brought it, and
+    /// the tool had not read it before its task point) is dropped, and the tool runs again to
+    /// ask that question as the task's: every answer given since was checked as it came.
     async fn run(&self, record: &TaskRecord) -> Ending {
         let Some(tool) = self.shared.registry.tool(&record.tool) else {
             return Ending::Failed(ProtocolError::invalid_params(format!(
@@ -154,20 +158,52 @@ impl Tasks {
                 record.tool
             )));
         };
-        let rounds = Arc::new(Rounds::new(RoundState {
-            available: record.answers.clone(),
-            ..RoundState::default()
-        }));
-        let context = RequestContext::new(
-            record.principal(),
-            record.meta(),
-            None,
-            rounds.clone(),
-            record.memo.clone(),
-            TaskMode::Running,
-        );
-        let call = tool.call(context.clone(), record.arguments.clone());
-        match AssertUnwindSafe(call).catch_unwind().await {
+        let mut answers = record.answers.clone();
+        let mut memo = record.memo.clone();
+        loop {
+            let rounds = Arc::new(Rounds::new(RoundState {
+                available: answers,
+                ..RoundState::default()
+            }));
+            let context = RequestContext::new(
+                record.principal(),
+                record.meta(),
+                None,
+                rounds.clone(),
+                memo,
+                TaskMode::Running,
+            );
+            let call = tool.call(context.clone(), record.arguments.clone());
+            let ran = AssertUnwindSafe(call).catch_unwind().await;
+            let round = rounds.take();
+            if let (
+                Ok(Err(_)),
+                Some(RefusedAnswer {
+                    key,
+                    first_read: true,
+                }),
+            ) = (&ran, &round.refused)
+            {
+                // The refused answer left `available` and did not go into `used`: each run has
+                // one answer fewer, so this ends.
+                answers = round.used;
+                answers.extend(round.available);
+                memo = context.take_memo();
+                tracing::debug!(tool = %record.tool, key = %key, "an answer the task was created with does not answer its question: the task asks it");
+                continue;
+            }
+            return Self::ending(record, context, round, ran);
+        }
+    }
+
+    /// What a run of the task's tool came to.
+    fn ending(
+        record: &TaskRecord,
+        context: RequestContext,
+        round: RoundState,
+        ran: std::thread::Result<Result<CallToolResult, HandlerError>>,
+    ) -> Ending {
+        match ran {
             Ok(Ok(result)) => match serde_json::to_value(&result) {
                 Ok(value) => Ending::Completed(value),
                 Err(e) => Ending::Failed(ProtocolError::internal(format!(
@@ -175,7 +211,6 @@ impl Tasks {
                 ))),
             },
             Ok(Err(HandlerError::InputRequired(_))) => {
-                let round = rounds.take();
                 let mut answers = round.used;
                 answers.extend(round.available);
                 let asked = round

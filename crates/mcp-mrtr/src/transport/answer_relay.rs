@@ -49,10 +49,24 @@ pub(super) struct AnswerRelay {
 #[derive(Serialize, Deserialize)]
 struct RelayedAnswer {
     id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     result: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     error: Option<Value>,
+}
+
+/// A field that is there, even as `null`: a client may answer with `"result": null`, and that
+/// is an answer to deliver, not a missing one (serde reads `null` into `None` otherwise).
+fn present<'de, D: serde::Deserializer<'de>>(field: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(field).map(Some)
 }
 
 impl RelayedAnswer {
@@ -290,6 +304,11 @@ mod tests {
         assert_eq!(
             read_back(Err(refusal.clone())),
             Some(("server-q-1".to_owned(), Err(refusal)))
+        );
+        assert_eq!(
+            read_back(Ok(Value::Null)),
+            Some(("server-q-1".to_owned(), Ok(Value::Null))),
+            "a null result is an answer"
         );
         let empty: RelayedAnswer =
             serde_json::from_str(r#"{"id":"server-q-1"}"#).expect("an id alone reads");

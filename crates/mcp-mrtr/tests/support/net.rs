@@ -1,7 +1,9 @@
 //! Small things every process-level test needs: free ports, random names, waiting for a port to
 //! open or close, and the machine's shared Redis.
 
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
@@ -21,12 +23,20 @@ pub fn random_hex(bytes: usize) -> String {
     raw.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A port that was free a moment ago.
+/// A port that was free a moment ago, and not handed out before in this process: the kernel
+/// may give a released port again, and two servers of one test would be told the same one.
 pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("bind 127.0.0.1:0 to find a free port")
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|listener| listener.local_addr())
+            .map(|addr| addr.port())
+            .expect("bind 127.0.0.1:0 to find a free port");
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
+        if handed_out.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// Whether something accepts connections on `port` of 127.0.0.1.
