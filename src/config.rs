@@ -169,7 +169,8 @@ pub struct ServeArgs {
     pub task_lease_ms: u64,
 
     /// Tasks: most tasks this replica runs at once (a summary task holds one LLM provider
-    /// call); more wait their turn.
+    /// call); more wait their turn. While it holds four times as many, running or waiting, a
+    /// call that would become a new task is answered in its request.
     #[arg(long, env = "MOVIEDB_TASK_MAX_RUNNING", default_value_t = 64)]
     pub task_max_running: usize,
 }

@@ -270,6 +270,46 @@ async fn when_the_task_store_is_full_a_call_is_answered_in_its_request_and_no_ta
 }
 
 #[tokio::test]
+async fn a_replica_holding_as_many_tasks_as_it_may_answers_the_next_call_in_its_request() {
+    let provider = FakeProvider::start(Answer::Held(ANSWER.into())).await;
+    // One task runs at once; four are held in all, running or waiting.
+    let server = movie_server(&provider, &["--task-max-running", "1"]).await;
+    let alice = server.user("alice");
+    let summarize = |movie: i64| {
+        alice
+            .request("tools/call")
+            .params(json!({"name": "summarizeMovieReviews", "arguments": {"movieId": movie.to_string()}}))
+            .capabilities(taking_tasks())
+            .send()
+    };
+    let mut held = Vec::new();
+    for movie in [4, 5, 6, 7] {
+        let created = summarize(movie).await;
+        assert_eq!(created.result_type(), "task", "{}", created.body_text());
+        held.push(task_id(created.result()));
+    }
+    assert!(
+        provider.wait_until(PATIENCE, |p| p.call_count() == 1).await,
+        "one task runs, three wait"
+    );
+
+    // The fifth goes on in its request, and is answered once the provider answers.
+    let release_once_asked = async {
+        assert!(
+            provider.wait_until(PATIENCE, |p| p.call_count() == 2).await,
+            "the fifth call asks the provider itself"
+        );
+        provider.release();
+    };
+    let (answered, ()) = tokio::join!(summarize(9), release_once_asked);
+    assert_summarized_in_the_request(&answered);
+    for id in &held {
+        let done = wait_for_task(&alice, id, is_terminal).await;
+        assert_eq!(done["status"], "completed", "{done}");
+    }
+}
+
+#[tokio::test]
 async fn a_client_without_the_extension_gets_no_task_and_cannot_use_the_task_methods() {
     let provider = FakeProvider::start(Answer::Text(ANSWER.into())).await;
     let server = movie_server(&provider, &[]).await;
@@ -881,6 +921,27 @@ async fn an_answer_that_does_not_fit_its_question_is_refused_and_the_task_waits_
 
     let without = fixture_task_request(&client, "tasks/update", json!({"taskId": id})).await;
     assert_eq!(without.error_code(), -32602, "inputResponses is required");
+
+    // An answer that fits its question but would make the task's record over 256 KiB.
+    let bulky =
+        json!({"action": "accept", "content": {"confirm": true, "note": "x".repeat(300_000)}});
+    let refused = fixture_task_request(
+        &client,
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {&key: bulky}}),
+    )
+    .await;
+    assert_eq!(refused.error_code(), -32602, "{}", refused.body_text());
+    assert!(
+        refused.error_message().contains("256 KiB"),
+        "{}",
+        refused.body_text()
+    );
+    assert_eq!(
+        get().await.result()["status"],
+        "input_required",
+        "nothing was recorded"
+    );
 
     let ack = fixture_task_request(
         &client,

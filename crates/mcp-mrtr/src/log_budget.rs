@@ -1,5 +1,5 @@
 //! Log lines a client can cause at will (a refused Origin, a legacy session opened or ended, an
-//! answer nobody waits for, the task store full), let through a few a second each. A client
+//! answer nobody waits for, no room for a task), let through a few a second each. A client
 //! sending such requests as fast as it can would otherwise make the log grow as fast, and bury
 //! everything else in it.
 //! The lines held back are counted, and the next line let through says how many there were.

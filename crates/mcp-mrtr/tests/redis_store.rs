@@ -294,6 +294,54 @@ async fn task_records_change_only_from_the_version_read_and_expire_on_their_own(
 }
 
 #[tokio::test]
+async fn an_owner_at_its_share_of_tasks_gets_no_new_one_and_loses_none_in_redis() {
+    use mcp_mrtr::store::{Owner, TaskStore};
+    let (store, _) = store_of_ten("mcp-task-share-test").await;
+    let (alice, bob) = (Owner::new("alice"), Owner::new("bob"));
+    let ttl = Duration::from_secs(60);
+    for number in 0..10 {
+        let id = format!("a{number}");
+        let created = store.create(&alice, &id, b"a".to_vec(), ttl);
+        assert!(
+            created.await.expect("create"),
+            "task {number} is within the share"
+        );
+    }
+    let refused = store.create(&alice, "a10", b"a".to_vec(), ttl).await;
+    assert!(!refused.expect("create"), "alice holds her share");
+    assert_eq!(
+        store.read("a10").await.expect("read"),
+        None,
+        "nothing stored"
+    );
+    assert!(
+        store.read("a0").await.expect("read").is_some(),
+        "her oldest is kept"
+    );
+    let created = store.create(&bob, "b0", b"b".to_vec(), ttl).await;
+    assert!(created.expect("create"), "bob has a share of his own");
+
+    // Tasks that expired leave room.
+    let short = Duration::from_millis(200);
+    let carol = Owner::new("carol");
+    for number in 0..10 {
+        let id = format!("c{number}");
+        assert!(
+            store
+                .create(&carol, &id, vec![], short)
+                .await
+                .expect("create")
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let created = store.create(&carol, "c10", vec![], ttl).await;
+    assert!(
+        created.expect("create"),
+        "her expired tasks no longer count"
+    );
+}
+
+#[tokio::test]
 async fn a_task_record_whose_index_entry_cannot_be_written_is_not_left_behind() {
     use mcp_mrtr::store::{Owner, TaskStore};
     let (store, prefix) = store_of_ten("mcp-task-half-test").await;

@@ -674,19 +674,22 @@ fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
     let _ = serde_json::to_writer(out, value);
 }
 
+/// Calls the crate's unit tests make.
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_calls {
     use super::*;
     use crate::protocol::ClientCapabilities;
-    use crate::protocol::input::Elicitation;
-    use crate::store::MemoryStore;
-    use serde_json::json;
 
-    /// A `tools/call` of tool `t` by an anonymous caller.
-    fn call<'a>(arguments: &'a Value, params: &'a Map<String, Value>) -> Call<'a> {
+    /// A 2026-07-28 `tools/call` of `name` by an anonymous caller who declared `capabilities`.
+    pub(crate) fn anonymous<'a>(
+        name: &'a str,
+        arguments: &'a Value,
+        params: &'a Map<String, Value>,
+        capabilities: ClientCapabilities,
+    ) -> Call<'a> {
         Call {
             method: Method::ToolsCall,
-            name: "t",
+            name,
             arguments,
             params,
             principal: Principal::Anonymous,
@@ -694,10 +697,7 @@ mod tests {
             meta: RequestMeta {
                 protocol_version: "2026-07-28".into(),
                 client_info: None,
-                capabilities: ClientCapabilities {
-                    elicitation_form: true,
-                    ..ClientCapabilities::default()
-                },
+                capabilities,
                 log_level: None,
                 progress_token: None,
                 trace: TraceCarrier::default(),
@@ -706,6 +706,24 @@ mod tests {
             live_asker: None,
             tasks: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::ClientCapabilities;
+    use crate::protocol::input::Elicitation;
+    use crate::store::MemoryStore;
+    use serde_json::json;
+
+    /// A `tools/call` of tool `t` by an anonymous caller who can show forms.
+    fn call<'a>(arguments: &'a Value, params: &'a Map<String, Value>) -> Call<'a> {
+        let forms = ClientCapabilities {
+            elicitation_form: true,
+            ..ClientCapabilities::default()
+        };
+        test_calls::anonymous("t", arguments, params, forms)
     }
 
     #[tokio::test]

@@ -565,7 +565,11 @@ async fn hear_task_changes(tasks: Weak<Tasks>, mut events: broadcast::Receiver<S
                 Some(tasks) => tasks.changed(&id),
                 None => return,
             },
-            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Lagged(_)) => match tasks.upgrade() {
+                Some(tasks) => tasks.changed_unheard(),
+                None => return,
+            },
+            Ok(_) => {}
             Err(RecvError::Closed) => return,
         }
     }

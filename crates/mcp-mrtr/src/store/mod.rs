@@ -63,7 +63,7 @@ impl ContinuationId {
 
 /// Whose share of a store an entry counts against: a signed-in principal, or for an anonymous
 /// caller the address it calls from. Each owner holds at most its share of entries, so one
-/// caller filling its share pushes out only its own oldest ones.
+/// caller filling its share pushes out only its own oldest ones (or, for tasks, gets no more).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Owner(Arc<str>);
 

@@ -6,7 +6,8 @@
 //!
 //! Each owner has an index (a sorted set by deadline) of what it wrote, one per kind of entry
 //! (continuations, sessions, tasks); past its share, its
-//! earliest entries are deleted. The index counts what was written within the time-to-live,
+//! earliest continuations or sessions are deleted, and a new task is refused (a task is a
+//! promise to its client, so none is evicted). The index counts what was written within the time-to-live,
 //! taken or not, which bounds what one caller can hold. On a single server one script writes the
 //! entry, updates the index and deletes the evicted entries: one command per write. On a cluster
 //! an entry and its owner's index live on different nodes, so they are written by two commands
@@ -79,6 +80,23 @@ fn put_script() -> redis::Script {
     redis::Script::new(&index_within_share("KEYS[2]", "KEYS[1]", put, evict))
 }
 
+/// Records task `ARGV[1]` in its owner's index `KEYS[1]` for `ARGV[2]` ms and returns 1, unless
+/// the owner already holds its share `ARGV[3]` of tasks not yet expired: then 0, and nothing
+/// changes. A task is a promise to its client, so none is evicted to make room.
+const ADMIT_TASK: &str = r"
+local clock = redis.call('TIME')
+local now = clock[1] * 1000000 + clock[2]
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[2]) * 1000), ARGV[1])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1
+";
+
 /// Creates task record `KEYS[1]` (a hash: version `v`, record `r`) to live `ARGV[2]` ms.
 const CREATE_TASK: &str = r"
 redis.call('HSET', KEYS[1], 'v', 1, 'r', ARGV[1])
@@ -108,6 +126,7 @@ pub struct RedisStore {
     one_script_puts: bool,
     index_within_share: redis::Script,
     put_within_share: redis::Script,
+    admit_task: redis::Script,
     create_task: redis::Script,
     replace_task: redis::Script,
     /// The indexes of live entries, when metrics are enabled.
@@ -166,6 +185,7 @@ impl RedisStore {
             one_script_puts,
             index_within_share: index_script(),
             put_within_share: put_script(),
+            admit_task: redis::Script::new(ADMIT_TASK),
             create_task: redis::Script::new(CREATE_TASK),
             replace_task: redis::Script::new(REPLACE_TASK),
             live,
@@ -406,19 +426,34 @@ impl TaskStore for RedisStore {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         let key = self.task_key(id);
-        let mut invocation = self.create_task.key(&key);
-        invocation.arg(record).arg(ttl_millis(ttl));
         let owner_key = self.owner_key("tasks", owner);
-        let created = self
-            .within_share(self.invoke::<i64>(invocation), &key, owner_key, ttl)
-            .await;
-        if created.is_err() {
-            // The record may be written though its index entry is not (or the other way round):
-            // no one will hear of this task, so it goes rather than wait out its time to live.
-            let _ = self.run::<()>(&redis::cmd("DEL").arg(&key).clone()).await;
+        // Admitted first, then written: the index and the record may live on different nodes.
+        let mut admitting = self.admit_task.key(&owner_key);
+        admitting.arg(&key).arg(ttl_millis(ttl)).arg(self.share);
+        match self.invoke::<i64>(admitting).await {
+            Ok(0) => return Ok(false),
+            Ok(_) => {}
+            Err(error) => {
+                // The script may have run though Redis did not say so: its place in the share
+                // goes, rather than count for the task's whole time to live.
+                let unlisting = redis::cmd("ZREM").arg(&owner_key).arg(&key).clone();
+                let _ = self.run::<()>(&unlisting).await;
+                return Err(error);
+            }
+        }
+        let mut creating = self.create_task.key(&key);
+        creating.arg(record).arg(ttl_millis(ttl));
+        if let Err(error) = self.invoke::<i64>(creating).await {
+            // The record may be written though Redis did not say so: no one will hear of this
+            // task, so it goes, and its place in the share with it, rather than wait out its
+            // time to live.
+            let deleting = redis::cmd("DEL").arg(&key).clone();
+            let unlisting = redis::cmd("ZREM").arg(&owner_key).arg(&key).clone();
+            let _ = tokio::join!(self.run::<()>(&deleting), self.run::<()>(&unlisting));
+            return Err(error);
         }
         // Redis keeps what fits in its memory; the owner's share bounds each caller's records.
-        created.map(|()| true)
+        Ok(true)
     }
 
     async fn read(&self, id: &str) -> Result<Option<Versioned>, StoreError> {

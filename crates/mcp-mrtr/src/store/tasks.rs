@@ -25,10 +25,10 @@ pub struct Versioned {
 /// Where task records live (see the module docs).
 #[async_trait]
 pub trait TaskStore: Send + Sync + 'static {
-    /// Stores a new record under `id` for `ttl`, counted against `owner`'s share: an owner past
-    /// its share loses its own oldest records. Durable when it returns `true`: any replica's
-    /// [`read`](Self::read) finds it. `false`, and nothing stored, when the store has no room
-    /// for another record.
+    /// Stores a new record under `id` for `ttl`, counted against `owner`'s share. Durable when it
+    /// returns `true`: any replica's [`read`](Self::read) finds it. `false`, and nothing stored,
+    /// when the store has no room for another record or the owner holds its share of records
+    /// not yet expired: a task is a promise to its client, so none is evicted to make room.
     async fn create(
         &self,
         owner: &Owner,
@@ -46,8 +46,7 @@ pub trait TaskStore: Send + Sync + 'static {
 }
 
 /// Task records inside this process, for a server running alone: at most `capacity` at once, of
-/// which one owner holds at most its share (past it, its own oldest go). Expired records are
-/// dropped when room is needed.
+/// which one owner holds at most its share. Expired records are dropped when room is needed.
 pub struct MemoryTaskStore {
     capacity: usize,
     share: usize,
@@ -118,19 +117,6 @@ impl Records {
             self.remove(&id);
         }
     }
-
-    /// Removes `owner`'s record created first (all live as long, so the earliest deadline).
-    fn drop_oldest_of(&mut self, owner: &Owner) {
-        let oldest = self
-            .by_id
-            .iter()
-            .filter(|(_, record)| &record.owner == owner)
-            .min_by_key(|(_, record)| record.deadline)
-            .map(|(id, _)| id.clone());
-        if let Some(id) = oldest {
-            self.remove(&id);
-        }
-    }
 }
 
 #[async_trait]
@@ -144,14 +130,14 @@ impl TaskStore for MemoryTaskStore {
     ) -> Result<bool, StoreError> {
         let now = Instant::now();
         let mut records = self.lock();
-        if records.by_id.len() >= self.capacity || records.held_by(owner) >= self.share {
+        let full = |records: &Records| {
+            records.by_id.len() >= self.capacity || records.held_by(owner) >= self.share
+        };
+        if full(&records) {
             records.drop_expired(now);
-        }
-        while records.held_by(owner) >= self.share {
-            records.drop_oldest_of(owner);
-        }
-        if records.by_id.len() >= self.capacity {
-            return Ok(false);
+            if full(&records) {
+                return Ok(false);
+            }
         }
         let stored = Versioned { version: 1, record };
         let entry = Record {
@@ -216,19 +202,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn past_its_share_an_owner_loses_its_own_oldest_records_only() {
+    async fn an_owner_at_its_share_gets_no_new_record_and_loses_none() {
         let store = MemoryTaskStore::new(10, 2);
         let (alice, bob) = (Owner::new("alice"), Owner::new("bob"));
         let hour = Duration::from_secs(3600);
-        assert!(store.create(&bob, "b1", b"b".to_vec(), hour).await.unwrap());
-        for id in ["a1", "a2", "a3"] {
+        for id in ["a1", "a2"] {
             assert!(store.create(&alice, id, b"a".to_vec(), hour).await.unwrap());
-            tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        assert_eq!(store.read("a1").await.unwrap(), None, "alice's oldest went");
-        for kept in ["a2", "a3", "b1"] {
+        let refused = store.create(&alice, "a3", b"a".to_vec(), hour).await;
+        assert_eq!(refused.ok(), Some(false), "alice is at her share");
+        assert_eq!(store.read("a3").await.unwrap(), None, "nothing stored");
+        assert!(store.create(&bob, "b1", b"b".to_vec(), hour).await.unwrap());
+        for kept in ["a1", "a2", "b1"] {
             assert!(store.read(kept).await.unwrap().is_some(), "{kept} is kept");
         }
+
+        // Once one of hers has expired, there is room again.
+        let short = Duration::from_millis(20);
+        let store = MemoryTaskStore::new(10, 1);
+        assert!(store.create(&alice, "s1", vec![], short).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert!(store.create(&alice, "s2", vec![], hour).await.unwrap());
     }
 
     #[tokio::test]

@@ -42,8 +42,18 @@ use crate::store::TaskStore;
 /// a larger record goes on in its request instead.
 pub const MAX_NEW_TASK_BYTES: usize = 64 * 1024;
 
-/// Lines about the task store being full, which a flood of calls can cause.
-static STORE_FULL: LogBudget = LogBudget::new();
+/// Largest task record its answers may make: a `tasks/update` that would make it larger is
+/// refused, and nothing of it recorded.
+pub const MAX_TASK_BYTES: usize = 256 * 1024;
+
+/// Tasks one replica holds at once, running or waiting for a slot, per slot of
+/// [`TaskSettings::max_running`]: a call that would make one more goes on in its request, so a
+/// flood of calls cannot pile up workers (each with its record, renewing its lease) that would
+/// only reach their turn when their time to live is over.
+const HELD_PER_SLOT: usize = 4;
+
+/// Lines about no room for a task, which a flood of calls can cause.
+static NO_ROOM: LogBudget = LogBudget::new();
 
 /// How tasks are kept and run.
 #[derive(Debug, Clone)]
@@ -55,7 +65,8 @@ pub struct TaskSettings {
     /// How long a replica's hold on a working task lasts unless renewed (a third of it apart);
     /// a replica that dies leaves its tasks `failed` within this time.
     pub lease: Duration,
-    /// Most tasks one replica runs at once; more wait their turn, `working`.
+    /// Most tasks one replica runs at once; more wait their turn, `working`, up to four times as
+    /// many in all: beyond, a call that would become a task goes on in its request.
     pub max_running: usize,
 }
 
@@ -132,8 +143,9 @@ impl Tasks {
 
     /// Creates the task that continues `tool`'s call from `seed`, starts it on this replica, and
     /// returns the `CreateTaskResult`; the record is stored before this returns. `None`, and no
-    /// task, when none can be kept for the call: its record would take more than 64 KiB, or the
-    /// task store has no room. The call then goes on in its request
+    /// task, when none can be kept for the call: its record would take more than 64 KiB, this
+    /// replica holds as many tasks as it may, or the task store has no room (for anyone, or for
+    /// the caller, who holds its share). The call then goes on in its request
     /// ([`Engine::continue_untasked`](crate::mrtr::Engine::continue_untasked)).
     pub async fn create(
         &self,
@@ -141,9 +153,12 @@ impl Tasks {
         arguments: &Value,
         seed: &TaskSeed,
     ) -> Result<Option<Value>, ProtocolError> {
+        let settings = &self.shared.settings;
+        if self.lock_running().len() >= settings.max_running.max(1) * HELD_PER_SLOT {
+            return Ok(no_room("this replica holds as many tasks as it may"));
+        }
         let id = random_hex();
         let now = now_ms();
-        let settings = &self.shared.settings;
         let record = TaskRecord {
             owner: seed.principal.id(),
             user: seed.principal.user().map(str::to_owned),
@@ -192,14 +207,9 @@ impl Tasks {
         .await
         .map_err(|e| ProtocolError::internal(format!("creating the task failed: {e}")))??;
         if !kept {
-            if let Some(held_back) = STORE_FULL.take() {
-                tracing::warn!(
-                    held_back,
-                    "the task store is full: a call that would have become a task goes on in its request"
-                );
-            }
-            observe::task("not_kept");
-            return Ok(None);
+            return Ok(no_room(
+                "the task store is full, or the caller holds its share of tasks",
+            ));
         }
         Ok(Some(created))
     }
@@ -287,6 +297,13 @@ impl Tasks {
                 if !took {
                     return Change::Keep(Ok(None));
                 }
+                if encode(task).is_ok_and(|bytes| bytes.len() > MAX_TASK_BYTES) {
+                    return Change::Keep(Err(ProtocolError::invalid_params(format!(
+                        "These answers would make the task larger than {} KiB; nothing was \
+                         recorded",
+                        MAX_TASK_BYTES / 1024
+                    ))));
+                }
                 if task.asked.is_empty() {
                     task.set_status(Status::Working, None, now);
                     task.lease = Some(lease.clone());
@@ -337,7 +354,8 @@ impl Tasks {
     }
 
     /// Hears that task `id` changed, on whichever replica: a worker running it here re-reads
-    /// it and stops if it is no longer its to run.
+    /// it and stops if it is no longer its to run. A store out of reach stops nothing: the
+    /// worker's lease renewal and its ending's write decide then.
     pub fn changed(&self, id: &str) {
         let Some(worker) = self.lock_running().get(id).map(AbortHandle::id) else {
             return;
@@ -345,16 +363,24 @@ impl Tasks {
         let tasks = self.clone();
         let id = id.to_owned();
         tokio::spawn(async move {
-            let still_ours = tasks
-                .read(&id)
-                .await
-                .ok()
-                .flatten()
-                .is_some_and(|task| tasks.holds(&task));
-            if !still_ours {
+            let not_ours = match tasks.read(&id).await {
+                Ok(Some(task)) => !tasks.holds(&task),
+                Ok(None) => true,
+                Err(_) => false,
+            };
+            if not_ours {
                 tasks.stop_worker(&id, worker);
             }
         });
+    }
+
+    /// Checks every task running here as if each had changed: notices of changes were lost
+    /// (this replica fell behind them), and one may have been a cancel.
+    pub fn changed_unheard(&self) {
+        let running: Vec<String> = self.lock_running().keys().cloned().collect();
+        for id in running {
+            self.changed(&id);
+        }
     }
 
     fn holds(&self, task: &TaskRecord) -> bool {
@@ -453,6 +479,19 @@ fn fits(key: &str, asked: &Value, answer: &Value) -> Result<(), ProtocolError> {
     }
 }
 
+/// No task for a call, for reason `why`: said in the log (a few lines a second at most) and
+/// counted; the call goes on in its request.
+fn no_room(why: &str) -> Option<Value> {
+    if let Some(held_back) = NO_ROOM.take() {
+        tracing::warn!(
+            held_back,
+            "no room for a task ({why}): a call that would have become one goes on in its request"
+        );
+    }
+    observe::task("not_kept");
+    None
+}
+
 /// The answer for a task that does not exist, expired, or belongs to someone else: the same for
 /// all three, so task ids cannot be probed.
 fn not_found() -> ProtocolError {
@@ -500,4 +539,136 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(millis)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::mrtr::engine::test_calls;
+    use crate::mrtr::{Call, Engine, Outcome, StateSealer};
+    use crate::protocol::ClientCapabilities;
+    use crate::protocol::content::CallToolResult;
+    use crate::registry::Tool;
+    use crate::store::{MemoryStore, MemoryTaskStore};
+
+    /// The seed of a call of `tool` by an anonymous client that takes tasks.
+    async fn seed_of(tool: &str) -> Box<TaskSeed> {
+        let engine = Engine::new(
+            StateSealer::generate(),
+            Arc::new(MemoryStore::new(10, 10)),
+            Duration::from_secs(60),
+        );
+        let (arguments, params) = (json!({}), Map::new());
+        let taking_tasks = ClientCapabilities {
+            tasks: true,
+            ..ClientCapabilities::default()
+        };
+        let call = Call {
+            tasks: true,
+            ..test_calls::anonymous(tool, &arguments, &params, taking_tasks)
+        };
+        let asked = engine.run(call, |ctx| async move { ctx.continue_as_task() });
+        match asked.await {
+            Ok(Outcome::Task(seed)) => seed,
+            _ => panic!("the call asks for a task"),
+        }
+    }
+
+    async fn status_of(tasks: &Tasks, id: &str) -> Value {
+        tasks
+            .get(&Principal::Anonymous, id)
+            .await
+            .expect("the task")["status"]
+            .clone()
+    }
+
+    #[tokio::test]
+    async fn a_task_cancelled_elsewhere_while_it_waited_does_not_start_though_the_notice_was_lost()
+    {
+        // Holds the first task until the test lets it go; counts both tools' runs.
+        let gate = Arc::new(Semaphore::new(0));
+        let (first_runs, second_runs) =
+            (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let mut registry = Registry::new();
+        let (held, started) = (gate.clone(), first_runs.clone());
+        let counted = second_runs.clone();
+        registry
+            .add_tool(Tool::without_arguments("first", "Waits", move |ctx| {
+                let (held, started) = (held.clone(), started.clone());
+                async move {
+                    ctx.continue_as_task()?;
+                    started.fetch_add(1, Ordering::SeqCst);
+                    let _let_go = held.acquire().await;
+                    Ok(CallToolResult::text("first done"))
+                }
+            }))
+            .add_tool(Tool::without_arguments("second", "Counts", move |ctx| {
+                let counted = counted.clone();
+                async move {
+                    ctx.continue_as_task()?;
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Ok(CallToolResult::text("second done"))
+                }
+            }));
+        let registry = Arc::new(registry);
+        let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::new(10, 10));
+        let one_at_a_time = TaskSettings {
+            max_running: 1,
+            ..TaskSettings::default()
+        };
+        // Two replicas sharing the store, whose notices of changes never arrive.
+        let unheard: Announce = Arc::new(|_: &str| {});
+        let here = Tasks::new(
+            store.clone(),
+            one_at_a_time.clone(),
+            registry.clone(),
+            unheard.clone(),
+        );
+        let elsewhere = Tasks::new(store, one_at_a_time, registry, unheard);
+
+        let create = |tool: &'static str| {
+            let here = here.clone();
+            async move {
+                let seed = seed_of(tool).await;
+                let created = here.create(tool, &json!({}), &seed).await;
+                let created = created.expect("created").expect("kept");
+                created["taskId"].as_str().expect("an id").to_owned()
+            }
+        };
+        let first = create("first").await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while first_runs.load(Ordering::SeqCst) == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the first task did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The second waits for the only slot; the other replica cancels it meanwhile.
+        let second = create("second").await;
+        elsewhere
+            .cancel(&Principal::Anonymous, &second)
+            .await
+            .expect("cancelled");
+        gate.add_permits(1);
+
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while status_of(&here, &first).await != "completed"
+            || here.lock_running().contains_key(&second)
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the tasks did not settle"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            second_runs.load(Ordering::SeqCst),
+            0,
+            "the second never ran"
+        );
+        assert_eq!(status_of(&here, &second).await, "cancelled");
+    }
 }

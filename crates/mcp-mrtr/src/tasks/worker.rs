@@ -85,6 +85,13 @@ impl Tasks {
             },
             () = self.keep_lease(id) => return,
         };
+        // A task cancelled while it waited does not start, though the notice of its cancel was
+        // lost; a store out of reach now does not stop it (its ending's write decides).
+        match self.read(id).await {
+            Ok(Some(task)) if self.holds(&task) => {}
+            Ok(_) => return,
+            Err(_) => {}
+        }
         let ending = tokio::select! {
             ending = self.run(&record) => ending,
             () = self.keep_lease(id) => return,
