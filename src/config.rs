@@ -121,7 +121,8 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_IDLE_TIMEOUT_SECS", default_value_t = 60)]
     pub idle_timeout_secs: u64,
 
-    /// On SIGTERM or Ctrl-C, seconds the requests being served have to finish.
+    /// On SIGTERM or Ctrl-C, seconds the requests being served, and the tasks running, have to
+    /// finish (tasks still running then are recorded failed).
     #[arg(long, env = "MOVIEDB_SHUTDOWN_GRACE_SECS", default_value_t = 20)]
     pub shutdown_grace_secs: u64,
 
@@ -170,7 +171,8 @@ pub struct ServeArgs {
 
     /// Tasks: most tasks this replica runs at once (a summary task holds one LLM provider
     /// call); more wait their turn. While it holds four times as many, running or waiting, a
-    /// call that would become a new task is answered in its request.
+    /// call that would become a new task is answered in its request, and answers that would
+    /// resume a task are refused with HTTP 503, to be sent again.
     #[arg(long, env = "MOVIEDB_TASK_MAX_RUNNING", default_value_t = 64)]
     pub task_max_running: usize,
 }

@@ -17,6 +17,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 use support::movies::{Backend, Launch, MovieServer, Session, eliciting, structured};
 use support::net::{free_port, random_hex};
+use support::openai::{Answer, FakeProvider};
 
 const READ: &str = "movies:read";
 /// How long the authorization server, a token or the SDK client may take.
@@ -410,6 +411,92 @@ async fn a_token_without_the_write_scope_reads_but_cannot_add() {
         ],
     );
     assert!(reader.watchlist().await.is_empty(), "nothing was written");
+    let _ = std::fs::remove_file(keys);
+}
+
+/// `method` (`tasks/get`, `tasks/cancel`) on task `id` from a client that takes tasks.
+async fn task_request(session: &Session, method: &str, id: &Value) -> support::Reply {
+    session
+        .request(method)
+        .params(json!({"taskId": id}))
+        .capabilities(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}))
+        .send()
+        .await
+}
+
+#[tokio::test]
+async fn a_task_is_reached_only_with_the_scope_its_tool_needs() {
+    let keys = keys_file();
+    let authority = AuthorizationServer::start(&keys);
+    let provider =
+        FakeProvider::start(Answer::Held("SUMMARY: Moving.\nTHEMES: heart".into())).await;
+    let base_url = provider.base_url();
+    let llm = [
+        "--llm-base-url",
+        base_url.as_str(),
+        "--llm-model",
+        "review-writer-test",
+        "--llm-api-key",
+        "sk-test-0123456789abcdef",
+    ];
+    let server = resource_server_with(&authority.issuer, &llm).await;
+    // Two tokens of the same client, so the same principal: one reads, one only writes.
+    let reader = server.with_token(&authority.token("tests-es256", server.url(), READ).await);
+    let writer = server.with_token(&authority.token("tests-es256", server.url(), WRITE).await);
+    let taking_tasks = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+
+    let created = reader
+        .call_with(
+            "summarizeMovieReviews",
+            json!({"movieId": "6"}),
+            taking_tasks,
+        )
+        .await;
+    assert_eq!(created.result_type(), "task", "{}", created.body_text());
+    let id = created.result()["taskId"].clone();
+
+    // summarizeMovieReviews needs movies:read: without it, its task is out of reach, to read,
+    // cancel or follow.
+    for method in ["tasks/get", "tasks/cancel"] {
+        let refused = task_request(&writer, method, &id).await;
+        assert_challenge(
+            &refused,
+            403,
+            &["error=\"insufficient_scope\"", "scope=\"movies:read\""],
+        );
+    }
+    let listen = writer
+        .request("subscriptions/listen")
+        .params(json!({"notifications": {"taskIds": [id]}}))
+        .capabilities(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}))
+        .send()
+        .await;
+    assert_challenge(
+        &listen,
+        403,
+        &["error=\"insufficient_scope\"", "scope=\"movies:read\""],
+    );
+    let working = task_request(&reader, "tasks/get", &id).await;
+    assert_eq!(
+        working.result()["status"],
+        "working",
+        "the refused cancel changed nothing: {}",
+        working.body_text()
+    );
+    provider.release();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let seen = task_request(&reader, "tasks/get", &id).await;
+        if seen.result()["status"] == "completed" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the task did not complete: {}",
+            seen.body_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let _ = std::fs::remove_file(keys);
 }
 

@@ -145,6 +145,18 @@ fn status_is(status: &'static str) -> impl Fn(&Value) -> bool {
     move |task| task["status"] == status
 }
 
+/// Checks that `task` failed with -32603, its message saying `why`.
+fn assert_failed_saying(task: &Value, why: &str) {
+    assert_eq!(task["status"], "failed", "{task}");
+    assert_eq!(task["error"]["code"], -32603, "{task}");
+    assert!(
+        task["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(why)),
+        "the error says {why:?}: {task}"
+    );
+}
+
 fn is_terminal(task: &Value) -> bool {
     ["completed", "failed", "cancelled"].contains(&task["status"].as_str().unwrap_or_default())
 }
@@ -430,6 +442,16 @@ async fn a_task_is_gone_once_its_time_to_live_has_passed() {
 /// Replicas of `moviedb-mcp` sharing Redis and PostgreSQL, all pointed at `provider`, with
 /// `lease` as the task lease.
 async fn replicas(count: usize, provider: &FakeProvider, lease: Duration) -> Replicas {
+    replicas_with(count, provider, lease, &[]).await
+}
+
+/// [`replicas`] with more environment settings.
+async fn replicas_with(
+    count: usize,
+    provider: &FakeProvider,
+    lease: Duration,
+    more_env: &[(&str, &str)],
+) -> Replicas {
     let mut settings = SharedSettings::new(shared_redis_url());
     settings.extra_env = vec![
         ("MOVIEDB_LLM_BASE_URL".into(), provider.base_url()),
@@ -443,6 +465,11 @@ async fn replicas(count: usize, provider: &FakeProvider, lease: Duration) -> Rep
             lease.as_millis().to_string(),
         ),
     ];
+    settings.extra_env.extend(
+        more_env
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
+    );
     Replicas::start_with(count, settings).await
 }
 
@@ -490,19 +517,76 @@ async fn a_task_whose_replica_dies_is_reported_failed_within_a_lease() {
     replicas.replica(1).kill().await;
     let killed_at = tokio::time::Instant::now();
     let failed = wait_for_task(&on_b, &id, is_terminal).await;
-    assert_eq!(failed["status"], "failed", "{failed}");
-    assert_eq!(failed["error"]["code"], -32603, "{failed}");
-    assert!(
-        failed["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("lost")),
-        "the error says the worker was lost: {failed}"
-    );
+    assert_failed_saying(&failed, "lost");
     // Seen on B after at most one lease (plus B's polling), never `working` forever.
     assert!(
         killed_at.elapsed() < lease + Duration::from_secs(3),
         "reported after {:?}",
         killed_at.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_replica_shutting_down_lets_its_task_finish_and_another_replica_gives_the_result() {
+    let provider = FakeProvider::start(Answer::Held(ANSWER.into())).await;
+    let mut replicas = replicas(2, &provider, Duration::from_secs(15)).await;
+    let on_b = replicas.session(2, "alice");
+    let id = task_id(&summarize_as_task(&replicas.session(1, "alice")).await);
+    assert!(
+        provider.wait_until(PATIENCE, |p| p.call_count() == 1).await,
+        "replica A works on it"
+    );
+
+    // Stopped while its task waits for the provider, which answers once A says it waits.
+    replicas.replica(1).stop();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let log = replicas.replica(1).log();
+        if log.contains("letting the tasks running here finish") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "replica A says it waits for its task: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    provider.release();
+    let exit = replicas.replica(1).exited().await;
+    assert!(exit.success(), "replica A stops cleanly: {exit}");
+
+    // Finished before A exited: B reads the result at once.
+    let done = get_task(&on_b, &id).await;
+    let done = done.result();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["summary"],
+        "Reviewers adore its heart and its lead performances.",
+        "{done}"
+    );
+}
+
+#[tokio::test]
+async fn a_task_still_running_when_its_replica_stops_is_reported_failed_saying_why() {
+    let provider = FakeProvider::start(Answer::Held(ANSWER.into())).await;
+    // A lease far longer than the test: only the shutdown can end the task in time.
+    let lease = Duration::from_secs(120);
+    let grace = [("MOVIEDB_SHUTDOWN_GRACE_SECS", "1")];
+    let mut replicas = replicas_with(2, &provider, lease, &grace).await;
+    let on_b = replicas.session(2, "alice");
+    let id = task_id(&summarize_as_task(&replicas.session(1, "alice")).await);
+    assert!(
+        provider.wait_until(PATIENCE, |p| p.call_count() == 1).await,
+        "replica A works on it"
+    );
+
+    let exit = replicas.replica(1).terminate().await;
+    assert!(exit.success(), "replica A stops cleanly: {exit}");
+    let failed = get_task(&on_b, &id).await;
+    assert_failed_saying(failed.result(), "shut down before the task finished");
+    assert!(
+        provider.wait_until(PATIENCE, |p| p.hang_ups() == 1).await,
+        "the stopped task's provider request was dropped"
     );
 }
 

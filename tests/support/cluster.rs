@@ -178,9 +178,19 @@ impl Replica {
 
     /// Sends SIGTERM, as an orchestrator stopping it would, and waits for the process to exit.
     pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        self.stop();
+        self.exited().await
+    }
+
+    /// Sends SIGTERM, as an orchestrator stopping it would.
+    pub fn stop(&self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
+    }
+
+    /// Waits for the process to exit.
+    pub async fn exited(&mut self) -> std::process::ExitStatus {
         loop {
             if let Some(status) = self.child.try_wait().expect("wait for the replica") {
                 return status;

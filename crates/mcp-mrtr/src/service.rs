@@ -24,6 +24,9 @@ use crate::transport::{
 /// The MCP endpoint path.
 pub const MCP_PATH: &str = "/mcp";
 
+/// Beyond the shutdown grace period, how long the tasks stopped then may take to be recorded.
+const WIND_DOWN_MARGIN: Duration = Duration::from_secs(5);
+
 /// How to serve. [`Settings::default`] is a server alone on localhost with development keys.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -71,7 +74,7 @@ pub struct Settings {
     pub max_streams: Option<usize>,
     /// Most long-lived streams one owner holds open at once; one more ends the owner's oldest.
     pub max_streams_per_owner: usize,
-    /// On shutdown, how long requests being served may take to finish.
+    /// On shutdown, how long requests being served, and tasks running, may take to finish.
     pub shutdown_grace: Duration,
     /// Begun when the server starts to shut down ([`serve`] begins it when its signal comes).
     pub drain: Drain,
@@ -229,6 +232,8 @@ pub async fn router(
         Some(TaskConfig {
             store: stores.tasks,
             settings: settings.tasks.clone(),
+            drain: settings.drain.clone(),
+            shutdown_grace: settings.shutdown_grace,
         }),
     );
     let options = TransportOptions {
@@ -284,8 +289,9 @@ impl Settings {
 }
 
 /// Serves `router` on `bind` within `settings`' connection bounds until `shutdown` resolves;
-/// then drains (see [`Drain`]) and returns once the requests being served are answered, or the
-/// grace period is over.
+/// then drains (see [`Drain`]) and returns once the requests being served are answered and the
+/// tasks running are finished or recorded failed: within the grace period, and a few seconds
+/// more to record the tasks stopped at its end.
 pub async fn serve(
     bind: SocketAddr,
     settings: &Settings,
@@ -307,7 +313,16 @@ pub async fn serve(
         shutdown.await;
         signal.begin();
     });
-    transport::serve(listener, router, limits, drain).await;
+    transport::serve(listener, router, limits, drain.clone()).await;
+    // The tasks' grace began with the drain, as the requests' did.
+    let began = drain.began_at().unwrap_or_else(tokio::time::Instant::now);
+    let wound_down = tokio::time::timeout_at(
+        began + settings.shutdown_grace + WIND_DOWN_MARGIN,
+        drain.released(),
+    );
+    if wound_down.await.is_err() {
+        tracing::warn!("tasks were still winding down when the server stopped");
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -20,8 +20,9 @@ use crate::protocol::version::TASKS_EXTENSION;
 use crate::protocol::{ClientCapabilities, LogLevel, ProtocolError, RequestMeta};
 
 /// Why work that can only run as a task is refused when none can be kept for its call.
-pub(super) const NO_TASK_KEPT: &str = "No task can be kept for this call now: the server's task \
-     store is full, or the call is too large to keep as a task";
+pub(super) const NO_TASK_KEPT: &str = "No task can be kept for this call now: the call is too \
+     large to keep as a task, or the server has no room for one (its task store is full, the \
+     caller holds its share of tasks, or the server holds as many as it may or is shutting down)";
 
 /// Whether the rest of a call may continue as a task (the Tasks extension).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

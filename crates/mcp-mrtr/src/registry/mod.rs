@@ -84,6 +84,13 @@ impl Registry {
             .find_map(|t| t.matches(uri).map(|vars| (t, vars)))
     }
 
+    /// The scopes the tools require, hidden ones' included (a scope may repeat).
+    pub fn required_scopes(&self) -> impl Iterator<Item = &str> {
+        self.tools
+            .iter()
+            .filter_map(|t| t.required_scope.as_deref())
+    }
+
     /// Tools shown in `tools/list` (hidden ones are callable but not listed).
     pub fn listed_tools(&self) -> impl Iterator<Item = &Tool> {
         self.tools.iter().filter(|t| !t.hidden)

@@ -5,7 +5,8 @@
 pub mod events;
 mod reply;
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::{self, error::RecvError};
@@ -16,6 +17,7 @@ pub use reply::{Handled, Reply, ResultMeta};
 use reply::{decorate, finish};
 
 use crate::auth::Principal;
+use crate::drain::Drain;
 use crate::mrtr::{Asker, Call, Engine, Notifier, Outcome};
 use crate::observe;
 use crate::protocol::error::excerpt;
@@ -25,7 +27,7 @@ use crate::protocol::version::{self, TASKS_EXTENSION};
 use crate::protocol::{Method, ProtocolError, RequestMeta};
 use crate::registry::Registry;
 use crate::store::{Owner, TaskStore};
-use crate::tasks::{TaskSettings, Tasks};
+use crate::tasks::{TaskSettings, Tasks, WeakTasks};
 use crate::trace_context;
 
 /// The identity a server reports in `server/discover`, and by name and version in every result of
@@ -94,7 +96,7 @@ pub struct Server {
     result_meta: ResultMeta,
     events: Events,
     cache: CachePolicy,
-    tasks: Option<Arc<Tasks>>,
+    tasks: Option<Tasks>,
 }
 
 /// Where a server keeps its tasks, and how it runs them.
@@ -103,6 +105,11 @@ pub struct TaskConfig {
     pub store: Arc<dyn TaskStore>,
     /// Time-to-live, poll interval and lease.
     pub settings: TaskSettings,
+    /// Begun when the server shuts down: the tasks running here then get `shutdown_grace` to
+    /// finish, and hold the drain open until they have (see [`Drain::released`]).
+    pub drain: Drain,
+    /// How long running tasks may take to finish once the drain begins.
+    pub shutdown_grace: Duration,
 }
 
 impl Server {
@@ -123,16 +130,9 @@ impl Server {
             let announce = Arc::new(move |id: &str| {
                 announcer.notify(ServerEvent::TaskChanged(id.to_owned()));
             });
-            let tasks = Arc::new(Tasks::new(
-                config.store,
-                config.settings,
-                registry.clone(),
-                announce,
-            ));
-            tokio::spawn(hear_task_changes(
-                Arc::downgrade(&tasks),
-                events.subscribe(),
-            ));
+            let tasks = Tasks::new(config.store, config.settings, registry.clone(), announce);
+            tokio::spawn(hear_task_changes(tasks.downgrade(), events.subscribe()));
+            tasks.wind_down_on(config.drain, config.shutdown_grace);
             tasks
         });
         Arc::new(Self {
@@ -148,7 +148,7 @@ impl Server {
 
     /// The server's tasks, when it offers the Tasks extension.
     pub fn tasks(&self) -> Option<&Tasks> {
-        self.tasks.as_deref()
+        self.tasks.as_ref()
     }
 
     /// What the server offers.
@@ -557,8 +557,9 @@ fn engine_call<'a>(
 }
 
 /// Tells the tasks of every task change any replica announced, so a worker running here stops
-/// when its task was cancelled elsewhere. Ends when the tasks are gone.
-async fn hear_task_changes(tasks: Weak<Tasks>, mut events: broadcast::Receiver<ServerEvent>) {
+/// when its task was cancelled elsewhere. Ends when the tasks are gone (the server and every
+/// worker it started).
+async fn hear_task_changes(tasks: WeakTasks, mut events: broadcast::Receiver<ServerEvent>) {
     loop {
         match events.recv().await {
             Ok(ServerEvent::TaskChanged(id)) => match tasks.upgrade() {

@@ -5,7 +5,7 @@
 //! cancels it) never overwrite each other: the loser reads again and decides afresh. Records
 //! expire on their own at the deadline they were created with.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -46,7 +46,8 @@ pub trait TaskStore: Send + Sync + 'static {
 }
 
 /// Task records inside this process, for a server running alone: at most `capacity` at once, of
-/// which one owner holds at most its share. Expired records are dropped when room is needed.
+/// which one owner holds at most its share. Expired records are dropped as new ones come, the
+/// oldest deadlines first, so a full store of live records costs a create no scan.
 pub struct MemoryTaskStore {
     capacity: usize,
     share: usize,
@@ -57,12 +58,17 @@ pub struct MemoryTaskStore {
 struct Records {
     by_id: HashMap<String, Record>,
     per_owner: HashMap<Owner, usize>,
+    /// Every record's id by its deadline (and a number telling records of one deadline apart).
+    by_deadline: BTreeMap<(Instant, u64), String>,
+    next_number: u64,
 }
 
 struct Record {
     owner: Owner,
     stored: Versioned,
     deadline: Instant,
+    /// Its number in `by_deadline`.
+    number: u64,
 }
 
 impl MemoryTaskStore {
@@ -95,10 +101,27 @@ impl Records {
         self.per_owner.get(owner).copied().unwrap_or(0)
     }
 
+    fn insert(&mut self, id: &str, owner: &Owner, stored: Versioned, deadline: Instant) {
+        self.remove(id);
+        let number = self.next_number;
+        self.next_number += 1;
+        self.by_deadline.insert((deadline, number), id.to_owned());
+        let record = Record {
+            owner: owner.clone(),
+            stored,
+            deadline,
+            number,
+        };
+        self.by_id.insert(id.to_owned(), record);
+        *self.per_owner.entry(owner.clone()).or_default() += 1;
+    }
+
     fn remove(&mut self, id: &str) {
-        if let Some(record) = self.by_id.remove(id)
-            && let Some(count) = self.per_owner.get_mut(&record.owner)
-        {
+        let Some(record) = self.by_id.remove(id) else {
+            return;
+        };
+        self.by_deadline.remove(&(record.deadline, record.number));
+        if let Some(count) = self.per_owner.get_mut(&record.owner) {
             *count -= 1;
             if *count == 0 {
                 self.per_owner.remove(&record.owner);
@@ -107,13 +130,10 @@ impl Records {
     }
 
     fn drop_expired(&mut self, now: Instant) {
-        let expired: Vec<String> = self
-            .by_id
-            .iter()
-            .filter(|(_, record)| record.deadline <= now)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in expired {
+        while let Some(entry) = self.by_deadline.first_entry()
+            && entry.key().0 <= now
+        {
+            let id = entry.remove();
             self.remove(&id);
         }
     }
@@ -130,24 +150,11 @@ impl TaskStore for MemoryTaskStore {
     ) -> Result<bool, StoreError> {
         let now = Instant::now();
         let mut records = self.lock();
-        let full = |records: &Records| {
-            records.by_id.len() >= self.capacity || records.held_by(owner) >= self.share
-        };
-        if full(&records) {
-            records.drop_expired(now);
-            if full(&records) {
-                return Ok(false);
-            }
+        records.drop_expired(now);
+        if records.by_id.len() >= self.capacity || records.held_by(owner) >= self.share {
+            return Ok(false);
         }
-        let stored = Versioned { version: 1, record };
-        let entry = Record {
-            owner: owner.clone(),
-            stored,
-            deadline: now + ttl,
-        };
-        if records.by_id.insert(id.to_owned(), entry).is_none() {
-            *records.per_owner.entry(owner.clone()).or_default() += 1;
-        }
+        records.insert(id, owner, Versioned { version: 1, record }, now + ttl);
         Ok(true)
     }
 
@@ -236,5 +243,34 @@ mod tests {
         let refused = store.create(&Owner::new("c"), "3", vec![], hour).await;
         assert_eq!(refused.ok(), Some(false), "no room");
         assert_eq!(store.read("3").await.ok(), Some(None), "nothing stored");
+    }
+
+    #[tokio::test]
+    async fn expired_records_are_dropped_as_new_ones_come_though_the_store_has_room() {
+        let store = MemoryTaskStore::new(100, 100);
+        let alice = Owner::new("alice");
+        for id in ["a", "b", "c"] {
+            let created = store.create(&alice, id, vec![], Duration::from_millis(20));
+            assert!(created.await.unwrap());
+        }
+        assert!(
+            store
+                .create(&alice, "long", vec![], Duration::from_secs(60))
+                .await
+                .unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert!(
+            store
+                .create(&alice, "d", vec![], Duration::from_secs(60))
+                .await
+                .unwrap()
+        );
+        let records = store.lock();
+        let mut kept: Vec<&str> = records.by_id.keys().map(String::as_str).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["d", "long"]);
+        assert_eq!(records.by_deadline.len(), 2);
+        assert_eq!(records.held_by(&alice), 2);
     }
 }

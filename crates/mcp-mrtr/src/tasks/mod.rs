@@ -14,20 +14,22 @@
 //! Every task belongs to the principal that created it; anyone else is told it does not exist.
 
 mod record;
+mod shutdown;
 mod worker;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
 use serde_json::{Map, Value, json};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::task::AbortHandle;
 
 use record::{Lease, Status, TaskRecord};
 
 use crate::auth::Principal;
+use crate::drain::Drain;
 use crate::log_budget::LogBudget;
 use crate::mrtr::TaskSeed;
 use crate::observe;
@@ -43,13 +45,15 @@ use crate::store::TaskStore;
 pub const MAX_NEW_TASK_BYTES: usize = 64 * 1024;
 
 /// Largest task record its answers may make: a `tasks/update` that would make it larger is
-/// refused, and nothing of it recorded.
+/// refused, and nothing of it recorded; a task whose questions (with what it carries) would make
+/// it larger fails.
 pub const MAX_TASK_BYTES: usize = 256 * 1024;
 
 /// Tasks one replica holds at once, running or waiting for a slot, per slot of
-/// [`TaskSettings::max_running`]: a call that would make one more goes on in its request, so a
-/// flood of calls cannot pile up workers (each with its record, renewing its lease) that would
-/// only reach their turn when their time to live is over.
+/// [`TaskSettings::max_running`]: a call that would make one more goes on in its request, and
+/// the answer that would resume one more is refused (to be sent again), so a flood of calls
+/// cannot pile up workers (each with its record, renewing its lease) that would only reach their
+/// turn when their time to live is over.
 const HELD_PER_SLOT: usize = 4;
 
 /// Lines about no room for a task, which a flood of calls can cause.
@@ -66,7 +70,8 @@ pub struct TaskSettings {
     /// a replica that dies leaves its tasks `failed` within this time.
     pub lease: Duration,
     /// Most tasks one replica runs at once; more wait their turn, `working`, up to four times as
-    /// many in all: beyond, a call that would become a task goes on in its request.
+    /// many in all: beyond, a call that would become a task goes on in its request, and answers
+    /// that would resume a task are refused with HTTP 503, to be sent again.
     pub max_running: usize,
 }
 
@@ -90,6 +95,17 @@ pub struct Tasks {
     shared: Arc<Shared>,
 }
 
+/// Tasks that may be gone: what outlives a server's requests (its change listener, its wind-down)
+/// holds, so that it reaches the tasks while the server or any worker it started still lives.
+pub struct WeakTasks(Weak<Shared>);
+
+impl WeakTasks {
+    /// The tasks, unless the server and all its workers are gone.
+    pub fn upgrade(&self) -> Option<Tasks> {
+        self.0.upgrade().map(|shared| Tasks { shared })
+    }
+}
+
 struct Shared {
     store: Arc<dyn TaskStore>,
     settings: TaskSettings,
@@ -100,6 +116,11 @@ struct Shared {
     running: Mutex<HashMap<String, AbortHandle>>,
     /// One per task this replica may run at once.
     slots: Arc<Semaphore>,
+    /// One per task this replica may hold at once, running or waiting for a slot; each worker
+    /// holds one from before its record is written until it ends.
+    places: Arc<Semaphore>,
+    /// Begun when the server shuts down: from then on no task is created or resumed here.
+    drain: OnceLock<Drain>,
     announce: Announce,
 }
 
@@ -130,10 +151,17 @@ impl Tasks {
                 replica: random_hex(),
                 running: Mutex::new(HashMap::new()),
                 slots: Arc::new(Semaphore::new(settings.max_running.max(1))),
+                places: Arc::new(Semaphore::new(settings.max_running.max(1) * HELD_PER_SLOT)),
+                drain: OnceLock::new(),
                 settings,
                 announce,
             }),
         }
+    }
+
+    /// A handle that does not keep the tasks alive.
+    pub fn downgrade(&self) -> WeakTasks {
+        WeakTasks(Arc::downgrade(&self.shared))
     }
 
     /// How tasks are kept and run.
@@ -144,9 +172,9 @@ impl Tasks {
     /// Creates the task that continues `tool`'s call from `seed`, starts it on this replica, and
     /// returns the `CreateTaskResult`; the record is stored before this returns. `None`, and no
     /// task, when none can be kept for the call: its record would take more than 64 KiB, this
-    /// replica holds as many tasks as it may, or the task store has no room (for anyone, or for
-    /// the caller, who holds its share). The call then goes on in its request
-    /// ([`Engine::continue_untasked`](crate::mrtr::Engine::continue_untasked)).
+    /// replica holds as many tasks as it may or is shutting down, or the task store has no room
+    /// (for anyone, or for the caller, who holds its share). The call then goes on in its
+    /// request ([`Engine::continue_untasked`](crate::mrtr::Engine::continue_untasked)).
     pub async fn create(
         &self,
         tool: &str,
@@ -154,9 +182,10 @@ impl Tasks {
         seed: &TaskSeed,
     ) -> Result<Option<Value>, ProtocolError> {
         let settings = &self.shared.settings;
-        if self.lock_running().len() >= settings.max_running.max(1) * HELD_PER_SLOT {
-            return Ok(no_room("this replica holds as many tasks as it may"));
-        }
+        let place = match self.place() {
+            Ok(place) => place,
+            Err(why) => return Ok(no_room(why)),
+        };
         let id = random_hex();
         let now = now_ms();
         let record = TaskRecord {
@@ -201,7 +230,7 @@ impl Tasks {
             }
             tracing::debug!(task = %id, tool = %record.tool, "task created");
             observe::task("created");
-            tasks.start(id, record);
+            tasks.start(id, record, place);
             Ok::<_, ProtocolError>(true)
         })
         .await
@@ -248,9 +277,24 @@ impl Tasks {
         Ok(detailed)
     }
 
+    /// The tool `principal`'s task `id` runs; `None` when they have no such task.
+    pub async fn tool_of(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<Option<String>, ProtocolError> {
+        let owner = principal.id();
+        let task = self.read(id).await?;
+        Ok(task
+            .filter(|task| task.owner == owner)
+            .map(|task| task.tool))
+    }
+
     /// Records `principal`'s answers to task `id`'s outstanding questions. Answers to keys not
     /// outstanding are ignored; an answer that does not fit its question is refused with -32602
-    /// and nothing is recorded. When the last one arrives the task resumes on this replica.
+    /// and nothing is recorded. When the last one arrives the task resumes on this replica; when
+    /// it cannot (it holds as many tasks as it may, or is shutting down) the answers are refused
+    /// with -32603 and HTTP 503, nothing recorded, to be sent again (to another replica, or later).
     pub async fn update(
         &self,
         principal: &Principal,
@@ -274,6 +318,9 @@ impl Tasks {
     ) -> Result<(), ProtocolError> {
         let now = now_ms();
         let lease = self.lease_from(now);
+        // Taken, when the last answer arrives, before the record changes: a task marked working
+        // here always has its worker. Kept when the change is tried again.
+        let mut place = None;
         let changed = self
             .modify(id, |task| {
                 if task.owner != owner {
@@ -305,6 +352,9 @@ impl Tasks {
                     ))));
                 }
                 if task.asked.is_empty() {
+                    if let Err(why) = place.get_or_insert_with(|| self.place()) {
+                        return Change::Keep(Err(cannot_resume(why)));
+                    }
                     task.set_status(Status::Working, None, now);
                     task.lease = Some(lease.clone());
                 } else {
@@ -316,8 +366,10 @@ impl Tasks {
             .unwrap_or_else(|| Err(not_found()))?;
         if let Some(record) = changed {
             (self.shared.announce)(id);
-            if record.status == Status::Working {
-                self.start(id.to_owned(), record);
+            if record.status == Status::Working
+                && let Some(Ok(place)) = place
+            {
+                self.start(id.to_owned(), record, place);
             }
         }
         Ok(())
@@ -381,6 +433,21 @@ impl Tasks {
         for id in running {
             self.changed(&id);
         }
+    }
+
+    /// A place for one more task on this replica, or why there is none.
+    fn place(&self) -> Result<OwnedSemaphorePermit, &'static str> {
+        if self.shared.drain.get().is_some_and(Drain::has_begun) {
+            return Err("this server is shutting down");
+        }
+        self.shared
+            .places
+            .clone()
+            .try_acquire_owned()
+            .map_err(|refused| match refused {
+                TryAcquireError::Closed => "this server is shutting down",
+                TryAcquireError::NoPermits => "this server holds as many tasks as it may",
+            })
     }
 
     fn holds(&self, task: &TaskRecord) -> bool {
@@ -492,6 +559,14 @@ fn no_room(why: &str) -> Option<Value> {
     None
 }
 
+/// The refusal of answers that would resume a task this replica has no place for (`why`).
+fn cannot_resume(why: &str) -> ProtocolError {
+    ProtocolError::internal(format!(
+        "The task cannot resume here now ({why}); nothing was recorded: send the answers again"
+    ))
+    .with_status(503)
+}
+
 /// The answer for a task that does not exist, expired, or belongs to someone else: the same for
 /// all three, so task ids cannot be probed.
 fn not_found() -> ProtocolError {
@@ -563,6 +638,7 @@ mod tests {
         let (arguments, params) = (json!({}), Map::new());
         let taking_tasks = ClientCapabilities {
             tasks: true,
+            elicitation_form: true,
             ..ClientCapabilities::default()
         };
         let call = Call {
@@ -670,5 +746,251 @@ mod tests {
             "the second never ran"
         );
         assert_eq!(status_of(&here, &second).await, "cancelled");
+    }
+
+    /// Polls `tasks`' task `id` until its status is `wanted`; returns the task.
+    async fn settled(tasks: &Tasks, id: &str, wanted: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let task = tasks
+                .get(&Principal::Anonymous, id)
+                .await
+                .expect("the task");
+            if task["status"] == wanted {
+                return task;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the task is not {wanted}: {task}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Tasks alone on a memory store running `registry`'s tools, one at a time.
+    fn one_at_a_time(registry: Registry) -> Tasks {
+        let settings = TaskSettings {
+            max_running: 1,
+            ..TaskSettings::default()
+        };
+        let store = Arc::new(MemoryTaskStore::new(100, 100));
+        Tasks::new(store, settings, Arc::new(registry), Arc::new(|_: &str| {}))
+    }
+
+    /// A tool that goes on as a task, then asks its user to confirm.
+    fn asking_tool() -> Tool {
+        Tool::without_arguments("asks", "Asks to confirm", |ctx| async move {
+            ctx.continue_as_task()?;
+            let form = json!({"type": "object", "properties": {"ok": {"type": "boolean"}}});
+            ctx.elicit("confirm", "Go on?", form).await?;
+            Ok(CallToolResult::text("confirmed"))
+        })
+    }
+
+    /// A tool that goes on as a task and never ends on its own.
+    fn stuck_tool() -> Tool {
+        Tool::without_arguments("stuck", "Never ends alone", |ctx| async move {
+            ctx.continue_as_task()?;
+            std::future::pending::<()>().await;
+            Ok(CallToolResult::text("unstuck"))
+        })
+    }
+
+    /// A task of [`asking_tool`], once it waits for its answer.
+    async fn asking_task(tasks: &Tasks) -> String {
+        let id = create(tasks, "asks").await.expect("kept");
+        settled(tasks, &id, "input_required").await;
+        id
+    }
+
+    async fn create(tasks: &Tasks, tool: &str) -> Option<String> {
+        let seed = seed_of(tool).await;
+        let created = tasks
+            .create(tool, &json!({}), &seed)
+            .await
+            .expect("no error");
+        created.map(|created| created["taskId"].as_str().expect("an id").to_owned())
+    }
+
+    fn confirmed() -> Map<String, Value> {
+        let answer = json!({"action": "accept", "content": {"ok": true}});
+        Map::from_iter([("confirm".to_owned(), answer)])
+    }
+
+    #[tokio::test]
+    async fn a_replica_holds_four_tasks_per_slot_whether_they_are_created_or_resumed() {
+        let gate = Arc::new(Semaphore::new(0));
+        let held = gate.clone();
+        let mut registry = Registry::new();
+        registry
+            .add_tool(asking_tool())
+            .add_tool(Tool::without_arguments("holds", "Waits", move |ctx| {
+                let held = held.clone();
+                async move {
+                    ctx.continue_as_task()?;
+                    let _let_go = held.acquire().await;
+                    Ok(CallToolResult::text("done"))
+                }
+            }));
+        let tasks = one_at_a_time(registry);
+        let asking = asking_task(&tasks).await;
+        let mut holding = Vec::new();
+        for _ in 0..HELD_PER_SLOT {
+            holding.push(create(&tasks, "holds").await.expect("kept"));
+        }
+        assert_eq!(create(&tasks, "holds").await, None, "no place for a fifth");
+
+        // The answer that would resume a fifth task is refused, and nothing of it recorded.
+        let refused = tasks
+            .update(&Principal::Anonymous, &asking, confirmed())
+            .await
+            .expect_err("no place to resume it");
+        assert_eq!(
+            (refused.code, refused.http_status()),
+            (crate::protocol::error::INTERNAL_ERROR, 503),
+            "{refused}"
+        );
+        let waiting = status_of(&tasks, &asking).await;
+        assert_eq!(waiting, "input_required");
+        let task = tasks
+            .get(&Principal::Anonymous, &asking)
+            .await
+            .expect("the task");
+        assert!(task["inputRequests"].get("confirm").is_some(), "{task}");
+
+        // Once the others are done, the same answer is taken.
+        gate.add_permits(1);
+        for id in &holding {
+            settled(&tasks, id, "completed").await;
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while tasks.shared.places.available_permits() < HELD_PER_SLOT {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the places are given back"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tasks
+            .update(&Principal::Anonymous, &asking, confirmed())
+            .await
+            .expect("taken");
+        let done = settled(&tasks, &asking, "completed").await;
+        assert_eq!(done["result"]["content"][0]["text"], "confirmed", "{done}");
+    }
+
+    #[tokio::test]
+    async fn a_task_whose_questions_outgrow_a_task_record_fails_saying_why() {
+        let mut registry = Registry::new();
+        registry.add_tool(Tool::without_arguments(
+            "hoards",
+            "Remembers much, then asks",
+            |ctx| async move {
+                ctx.continue_as_task()?;
+                let bulky = "x".repeat(MAX_TASK_BYTES);
+                ctx.remember("bulky", || async { Ok(bulky) }).await?;
+                let form = json!({"type": "object", "properties": {"ok": {"type": "boolean"}}});
+                ctx.elicit("confirm", "Go on?", form).await?;
+                Ok(CallToolResult::text("confirmed"))
+            },
+        ));
+        let tasks = one_at_a_time(registry);
+        let id = create(&tasks, "hoards").await.expect("kept");
+        let failed = settled(&tasks, &id, "failed").await;
+        assert_eq!(failed["error"]["code"], -32603, "{failed}");
+        assert!(
+            failed["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("larger than 256 KiB")),
+            "{failed}"
+        );
+    }
+
+    #[tokio::test]
+    async fn shutting_down_lets_running_tasks_finish_then_fails_the_rest_and_takes_no_more() {
+        let mut registry = Registry::new();
+        registry
+            .add_tool(asking_tool())
+            .add_tool(Tool::without_arguments(
+                "quick",
+                "Ends soon",
+                |ctx| async move {
+                    ctx.continue_as_task()?;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    Ok(CallToolResult::text("quick done"))
+                },
+            ))
+            .add_tool(stuck_tool());
+        let tasks = one_at_a_time(registry);
+        let asking = asking_task(&tasks).await;
+        // The quick one runs first; the stuck one waits for its slot.
+        let quick = create(&tasks, "quick").await.expect("kept");
+        let stuck = create(&tasks, "stuck").await.expect("kept");
+
+        let drain = Drain::default();
+        tasks.wind_down_on(drain.clone(), Duration::from_secs(3));
+        drain.begin();
+        assert_eq!(
+            create(&tasks, "quick").await,
+            None,
+            "no task while shutting down"
+        );
+        let refused = tasks
+            .update(&Principal::Anonymous, &asking, confirmed())
+            .await
+            .expect_err("no task resumes while shutting down");
+        assert_eq!(refused.http_status(), 503, "{refused}");
+        tokio::time::timeout(Duration::from_secs(10), drain.released())
+            .await
+            .expect("the tasks wind down within their grace");
+
+        let done = settled(&tasks, &quick, "completed").await;
+        assert_eq!(done["result"]["content"][0]["text"], "quick done", "{done}");
+        let failed = settled(&tasks, &stuck, "failed").await;
+        assert!(
+            failed["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("shut down before the task finished")),
+            "{failed}"
+        );
+        assert_eq!(status_of(&tasks, &asking).await, "input_required");
+        assert!(tasks.lock_running().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_missed_notices_stops_a_worker_whose_task_was_cancelled_elsewhere() {
+        let mut registry = Registry::new();
+        registry.add_tool(stuck_tool());
+        let registry = Arc::new(registry);
+        let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::new(10, 10));
+        // A lease far longer than the test: its renewal would notice the cancel only minutes on.
+        let settings = TaskSettings {
+            lease: Duration::from_secs(600),
+            ..TaskSettings::default()
+        };
+        let unheard: Announce = Arc::new(|_: &str| {});
+        let here = Tasks::new(
+            store.clone(),
+            settings.clone(),
+            registry.clone(),
+            unheard.clone(),
+        );
+        let elsewhere = Tasks::new(store, settings, registry, unheard);
+        let id = create(&here, "stuck").await.expect("kept");
+        elsewhere
+            .cancel(&Principal::Anonymous, &id)
+            .await
+            .expect("cancelled");
+        assert!(here.lock_running().contains_key(&id), "the notice was lost");
+
+        here.changed_unheard();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while here.lock_running().contains_key(&id) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the worker was not stopped"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }

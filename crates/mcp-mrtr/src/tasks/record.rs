@@ -32,7 +32,8 @@ impl Status {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
     }
 
-    fn as_str(self) -> &'static str {
+    /// The status as the extension names it.
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Self::Working => "working",
             Self::InputRequired => "input_required",

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use serde_json::{Map, Value};
-use tokio::sync::oneshot;
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
 use tokio::task::AbortHandle;
 
-use super::{Change, Status, TaskRecord, Tasks, millis, now_ms};
+use super::{Change, MAX_TASK_BYTES, Status, TaskRecord, Tasks, encode, millis, now_ms};
 use crate::mrtr::engine::protocol_error;
 use crate::mrtr::rounds::{RefusedAnswer, RoundState, Rounds};
 use crate::mrtr::{HandlerError, RequestContext, TaskMode};
@@ -53,14 +53,16 @@ impl Drop for Running {
 }
 
 impl Tasks {
-    /// Runs `record`'s tool as task `id` on this replica, which holds its lease.
-    pub(super) fn start(&self, id: String, record: TaskRecord) {
+    /// Runs `record`'s tool as task `id` on this replica, which holds its lease; the worker
+    /// keeps `place` (one of the replica's places for tasks) until it ends.
+    pub(super) fn start(&self, id: String, record: TaskRecord, place: OwnedSemaphorePermit) {
         // The worker waits until it is registered, so that it cannot end (and unregister)
         // before it is registered.
         let (registered, wait) = oneshot::channel::<()>();
         let tasks = self.clone();
         let worker_id = id.clone();
         let worker = tokio::spawn(async move {
+            let _place = place;
             if wait.await.is_err() {
                 return;
             }
@@ -102,7 +104,7 @@ impl Tasks {
             let ours = task.status == Status::Working
                 && task.lease.as_ref().is_some_and(|l| l.holder == replica);
             if !ours {
-                return Change::Keep(false);
+                return Change::Keep(None);
             }
             match &ending {
                 Ending::Completed(result) => {
@@ -122,9 +124,17 @@ impl Tasks {
                     task.asked = asked.clone();
                     task.answers = answers.clone();
                     task.memo = memo.clone();
+                    // Answers could never be recorded on a record this large: the task ends.
+                    if encode(task).is_ok_and(|bytes| bytes.len() > MAX_TASK_BYTES) {
+                        let outgrown = outgrown();
+                        task.set_status(Status::Failed, Some(outgrown.message.clone()), now);
+                        task.error = Some(outgrown.to_json());
+                        task.answers.clear();
+                        task.memo.clear();
+                    }
                 }
             }
-            Change::Write(true)
+            Change::Write(Some(task.status))
         };
         // The store may fail for a moment: try again while the lease holds, rather than lose
         // work that may have taken long.
@@ -142,12 +152,8 @@ impl Tasks {
                 }
             }
         };
-        if written == Some(true) {
-            observe::task(match ending {
-                Ending::Completed(_) => "completed",
-                Ending::Failed(_) => "failed",
-                Ending::Asking { .. } => "input_required",
-            });
+        if let Some(Some(status)) = written {
+            observe::task(status.as_str());
             (self.shared.announce)(id);
         } else {
             tracing::debug!(task = %id, "task ended elsewhere; its run's ending dropped");
@@ -275,4 +281,14 @@ impl Tasks {
             }
         }
     }
+}
+
+/// The error of a task whose questions, with the answers and work it carries, outgrew what a
+/// task record may hold.
+fn outgrown() -> ProtocolError {
+    ProtocolError::internal(format!(
+        "The task's questions, with the answers and work it carries, would make it larger than \
+         {} KiB",
+        MAX_TASK_BYTES / 1024
+    ))
 }

@@ -1,5 +1,5 @@
 //! The front door of `POST /mcp`: what HTTP adds is checked first, in the spec's order (Origin,
-//! content type, `Accept`, body size, JSON), then the message goes to the wire of its era: the
+//! content type, `Accept`, body size, JSON) after the size of the headers, then the message goes to the wire of its era: the
 //! 2026-07-28 wire ([`modern`](super::modern)), or with the `legacy` feature the 2025-11-25 one
 //! for clients that open with `initialize`.
 
@@ -26,6 +26,11 @@ use crate::protocol::meta::is_modern_meta;
 #[cfg(not(feature = "legacy"))]
 use crate::protocol::version;
 
+/// Most bytes of request headers (names, values and their separators) `POST /mcp` reads. A
+/// limit of its own, below hyper's (about 400 KiB, whose refusal is an empty 431 sent only when
+/// the head arrives in small enough pieces), so that larger heads always get the same answer.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
 /// `POST /mcp`.
 pub(super) async fn post(
     State(endpoint): State<Arc<Endpoint>>,
@@ -41,6 +46,19 @@ pub(super) async fn post(
     // Held while the body is read and the request handled; a streamed answer returns its
     // response, and so its turn, as soon as the stream starts.
     let _turn = within_busy_wait(&endpoint.turns, 1).await?;
+    let head_bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + ": \r\n".len())
+        .sum();
+    if head_bytes > MAX_HEAD_BYTES {
+        return Err(WireError::refused(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!(
+                "Request headers over {} KiB ({head_bytes} bytes)",
+                MAX_HEAD_BYTES / 1024
+            ),
+        ));
+    }
     endpoint.options.origin.check(&headers).map_err(|reason| {
         if let Some(held_back) = REFUSED_ORIGINS.take() {
             tracing::warn!(held_back, "refused request: {reason}");

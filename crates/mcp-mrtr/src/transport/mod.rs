@@ -5,7 +5,6 @@
 
 #[cfg(feature = "legacy")]
 mod answer_relay;
-mod drain;
 mod front;
 mod headers;
 mod health;
@@ -27,7 +26,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::post;
 
-pub use drain::Drain;
+pub use crate::drain::Drain;
+pub use front::MAX_HEAD_BYTES;
 pub use health::{CHECK_DEADLINE, CheckOutcome, Readiness};
 #[cfg(feature = "legacy")]
 pub use legacy::LegacyOptions;

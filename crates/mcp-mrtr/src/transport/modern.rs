@@ -2,6 +2,7 @@
 //! with JSON or, when it streams progress or log messages, with SSE; `subscriptions/listen` opens
 //! a stream of change notifications.
 
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,14 +19,16 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::headers::{MCP_PROTOCOL_VERSION, check_method, check_name, check_params, header_text};
 use super::respond::{Accept, WireError, accepted, streamed};
 use super::{Endpoint, owner_of, sse};
-use crate::auth::Principal;
+use crate::auth::{Caller, Principal};
 use crate::protocol::jsonrpc::success_bytes;
 use crate::protocol::version::TASKS_EXTENSION;
 use crate::protocol::{
     Incoming, Method, ProtocolError, RequestId, RequestMeta, TraceCarrier, version,
 };
+use crate::server::events::MAX_TASK_IDS;
 use crate::server::{Era, RequestEnv, Server, ServerEvent, Subscription};
 use crate::store::Owner;
+use crate::tasks::Tasks;
 
 /// Serves a message of the 2026-07-28 wire.
 pub(super) async fn post(
@@ -67,21 +70,73 @@ async fn request(
         .authenticate(headers)
         .await
         .map_err(|e| WireError::unauthorized(&e))?;
-    if method == Method::ToolsCall.as_str() {
-        let tool = params
-            .get("name")
-            .and_then(Value::as_str)
-            .and_then(|name| endpoint.server.registry().tool(name));
-        if let Some(scope) = tool.and_then(|tool| tool.required_scope.as_deref())
-            && !caller.may(scope)
-        {
-            let challenge = authenticator.insufficient_scope(scope);
-            return Err(WireError::insufficient_scope(scope, &challenge));
-        }
+    if let Some(scope) = missing_scope(&endpoint.server, &caller, method, &params).await? {
+        let challenge = authenticator.insufficient_scope(&scope);
+        return Err(WireError::insufficient_scope(&scope, &challenge));
     }
     let owner = owner_of(&caller.principal, peer);
     let caller = (caller.principal, owner);
     serve(endpoint, headers, accept, caller, id, method, params).await
+}
+
+/// A scope the request needs and the caller's token does not grant: that of the tool it calls
+/// (`tools/call`), or of the tool a task it names runs (`tasks/*`, and `subscriptions/listen`
+/// following tasks): a task is read, answered, cancelled and followed with the rights its tool
+/// needs, so a token without them cannot reach a task another token of the same user started.
+async fn missing_scope(
+    server: &Server,
+    caller: &Caller,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<Option<String>, WireError> {
+    let Some(method) = Method::parse(method) else {
+        return Ok(None);
+    };
+    let lacking = |tool: &str| {
+        let scope = server.registry().tool(tool)?.required_scope.as_deref()?;
+        (!caller.may(scope)).then(|| scope.to_owned())
+    };
+    if method == Method::ToolsCall {
+        return Ok(params.get("name").and_then(Value::as_str).and_then(lacking));
+    }
+    // Only a token lacking a scope some tool needs has its tasks read.
+    let lacks_some = server
+        .registry()
+        .required_scopes()
+        .any(|scope| !caller.may(scope));
+    let Some(tasks) = server.tasks().filter(|_| lacks_some) else {
+        return Ok(None);
+    };
+    let named: Vec<&str> = match method {
+        Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => params
+            .get("taskId")
+            .and_then(Value::as_str)
+            .into_iter()
+            .collect(),
+        // Malformed or too many ids are refused afterwards, with the listen's own -32602.
+        Method::SubscriptionsListen => params
+            .get("notifications")
+            .and_then(|filter| filter.get("taskIds"))
+            .and_then(Value::as_array)
+            .filter(|ids| ids.len() <= MAX_TASK_IDS)
+            .map(|ids| {
+                let unique: BTreeSet<&str> = ids.iter().filter_map(Value::as_str).collect();
+                unique.into_iter().collect()
+            })
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    for id in named {
+        if let Some(scope) = tasks
+            .tool_of(&caller.principal, id)
+            .await?
+            .as_deref()
+            .and_then(lacking)
+        {
+            return Ok(Some(scope));
+        }
+    }
+    Ok(None)
 }
 
 /// Checks what a signed-in request carries, in the spec's order, and serves it.
@@ -185,28 +240,26 @@ async fn stream_events(
     frames: &mpsc::Sender<Bytes>,
 ) -> Result<(), mpsc::error::SendError<Bytes>> {
     let tasks = server.tasks().filter(|_| !subscription.task_ids.is_empty());
+    // Each followed task as last sent, so no state of it is sent twice.
+    let mut sent = HashMap::new();
     // The followed tasks as they are now, so a task that changed before the stream opened is
     // not waited for in vain.
     if let Some(tasks) = tasks {
         for id in &subscription.task_ids {
-            if let Ok(Value::Object(task)) = tasks.get(principal, id).await {
-                frames
-                    .send(sse::frame(&subscription.task_notification(task)))
-                    .await?;
-            }
+            send_task(tasks, subscription, principal, id, &mut sent, frames).await?;
         }
     }
-    // A replica that died announces nothing: reading the followed tasks once a lease marks
-    // theirs failed, a change announced like any other.
+    // Read again every lease: a replica that died announces nothing (the read marks its tasks
+    // failed), and a replica that stopped may not have got its last notices out.
     let lease = tasks.map_or(Duration::from_secs(3600), |tasks| tasks.settings().lease);
-    let mut lapse_check = tokio::time::interval_at(tokio::time::Instant::now() + lease, lease);
+    let mut check = tokio::time::interval_at(tokio::time::Instant::now() + lease, lease);
     loop {
         let event = tokio::select! {
             event = events.recv() => event,
-            _ = lapse_check.tick() => {
+            _ = check.tick() => {
                 if let Some(tasks) = tasks {
                     for id in &subscription.task_ids {
-                        let _ = tasks.get(principal, id).await;
+                        send_task(tasks, subscription, principal, id, &mut sent, frames).await?;
                     }
                 }
                 continue;
@@ -217,18 +270,38 @@ async fn stream_events(
             Ok(_) | Err(RecvError::Lagged(_)) => continue,
             Err(RecvError::Closed) => return Ok(()),
         };
-        let frame = match &event {
-            ServerEvent::TaskChanged(id) => match tasks {
-                Some(tasks) => match tasks.get(principal, id).await {
-                    Ok(Value::Object(task)) => subscription.task_notification(task),
-                    _ => continue,
-                },
-                None => continue,
-            },
-            _ => subscription.notification(&event),
-        };
-        frames.send(sse::frame(&frame)).await?;
+        match (&event, tasks) {
+            (ServerEvent::TaskChanged(id), Some(tasks)) => {
+                send_task(tasks, subscription, principal, id, &mut sent, frames).await?;
+            }
+            (ServerEvent::TaskChanged(_), None) => {}
+            _ => {
+                let frame = subscription.notification(&event);
+                frames.send(sse::frame(&frame)).await?;
+            }
+        }
     }
+}
+
+/// Sends `principal`'s task `id` as it is now, unless it is as last `sent` (or unreadable).
+async fn send_task(
+    tasks: &Tasks,
+    subscription: &Subscription,
+    principal: &Principal,
+    id: &str,
+    sent: &mut HashMap<String, Map<String, Value>>,
+    frames: &mpsc::Sender<Bytes>,
+) -> Result<(), mpsc::error::SendError<Bytes>> {
+    let Ok(Value::Object(task)) = tasks.get(principal, id).await else {
+        return Ok(());
+    };
+    if sent.get(id) == Some(&task) {
+        return Ok(());
+    }
+    sent.insert(id.to_owned(), task.clone());
+    frames
+        .send(sse::frame(&subscription.task_notification(task)))
+        .await
 }
 
 /// Opens a `subscriptions/listen` stream, when its owner and the server have room for one more:

@@ -163,13 +163,11 @@ impl WireError {
         }
     }
 
-    /// HTTP 503 with `Retry-After: 1`: every turn stayed taken for the whole wait.
+    /// HTTP 503 (with `Retry-After: 1`, as every 503): every turn stayed taken for the whole
+    /// wait.
     pub(super) fn busy() -> Self {
         let error = ProtocolError::internal("The server is busy; try again in a moment");
-        Self {
-            header: Some((header::RETRY_AFTER, HeaderValue::from_static("1"))),
-            ..Self::from(error).with_status(StatusCode::SERVICE_UNAVAILABLE)
-        }
+        Self::from(error).with_status(StatusCode::SERVICE_UNAVAILABLE)
     }
 
     /// HTTP 503 with `Retry-After: 5`: the server holds as many long-lived streams as it may.
@@ -215,7 +213,12 @@ impl IntoResponse for WireError {
             StatusCode::from_u16(self.error.http_status()).unwrap_or(StatusCode::BAD_REQUEST)
         });
         let mut response = sse::json(status, error_bytes(self.id.as_ref(), &self.error));
-        if let Some((name, value)) = self.header {
+        // Every 503 says when to try again.
+        let header = self.header.or_else(|| {
+            (status == StatusCode::SERVICE_UNAVAILABLE)
+                .then(|| (header::RETRY_AFTER, HeaderValue::from_static("1")))
+        });
+        if let Some((name, value)) = header {
             response.headers_mut().insert(name, value);
         }
         response

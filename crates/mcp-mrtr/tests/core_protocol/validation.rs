@@ -7,6 +7,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
 
 use crate::support::{
     META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION, PROTOCOL_VERSION,
@@ -468,33 +470,36 @@ async fn a_modern_only_server_names_its_versions_to_an_initialize() {
 async fn client_supplied_values_are_echoed_only_as_a_short_prefix() {
     let server = TestServer::start().await;
     let client = server.client();
-    let huge_origin = format!("http://{}.example.com", "o".repeat(300_000));
+    let long_origin = format!("http://{}.example.com", "o".repeat(60_000));
     let refused = client
         .request("server/discover")
-        .header("Origin", huge_origin.clone())
+        .header("Origin", long_origin.clone())
         .send()
         .await;
     assert_eq!(refused.status.as_u16(), 403, "a foreign origin is refused");
     let message = refused.error_message();
     assert!(
         message.starts_with("Origin http://ooo")
-            && message.contains(&format!("({} bytes)", huge_origin.len())),
+            && message.contains(&format!("({} bytes)", long_origin.len())),
         "the refusal names the origin by a prefix and its size: {message}"
     );
     println!(
-        "300 KB Origin: {} bytes of response body",
+        "60 KB Origin: {} bytes of response body",
         refused.body.len()
     );
     assert!(refused.body.len() < 1024, "{} bytes", refused.body.len());
 
-    let huge_name = "t".repeat(500_000);
+    // The name goes in Mcp-Name too, within the 64 KiB of headers read.
+    let long_name = "t".repeat(40_000);
     let unknown = client
         .request("tools/call")
-        .params(json!({"name": huge_name, "arguments": {}}))
+        .params(json!({"name": long_name, "arguments": {}}))
         .send()
         .await;
     assert_eq!(unknown.error_code(), -32602, "{}", unknown.error_message());
     assert!(unknown.error_message().starts_with("Unknown tool: ttt"));
+    // A name too long for a header, in the body alone.
+    let huge_name = "t".repeat(500_000);
     let mismatched = client
         .request("tools/call")
         .params(json!({"name": huge_name, "arguments": {}}))
@@ -503,7 +508,7 @@ async fn client_supplied_values_are_echoed_only_as_a_short_prefix() {
         .await;
     assert_eq!(mismatched.error_code(), -32020);
     println!(
-        "500 KB tool name: {} and {} bytes of response body",
+        "40 KB and 500 KB tool names: {} and {} bytes of response body",
         unknown.body.len(),
         mismatched.body.len()
     );
@@ -515,6 +520,64 @@ async fn client_supplied_values_are_echoed_only_as_a_short_prefix() {
             reply.error_message()
         );
     }
+}
+
+#[tokio::test]
+async fn headers_over_64_kib_are_refused_with_431_however_they_arrive() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let huge_origin = format!("http://{}.example.com", "o".repeat(300_000));
+    let huge_name = "t".repeat(300_000);
+    let refusals = [
+        client
+            .request("server/discover")
+            .header("Origin", huge_origin)
+            .send()
+            .await,
+        client
+            .request("tools/call")
+            .params(json!({"name": huge_name, "arguments": {}}))
+            .send()
+            .await,
+    ];
+    for refused in refusals {
+        assert_eq!(refused.status.as_u16(), 431, "{}", refused.body_text());
+        assert_eq!(refused.error_code(), -32600, "{}", refused.body_text());
+        assert!(
+            refused
+                .error_message()
+                .starts_with("Request headers over 64 KiB"),
+            "{}",
+            refused.body_text()
+        );
+    }
+
+    // The same head, sent in small pieces: hyper, which counts what it has buffered, would
+    // refuse it on its own with an empty 431 once it held 400 KiB of an unfinished head.
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}}"#;
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json\r\nConnection: close\r\nX-Padding: {}\r\n\
+         Content-Length: {}\r\n\r\n",
+        server.addr(),
+        "p".repeat(300_000),
+        body.len()
+    );
+    let mut stream = TcpStream::connect(server.addr()).await.expect("connect");
+    for piece in head.as_bytes().chunks(8 * 1024) {
+        if stream.write_all(piece).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let _ = stream.write_all(body.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 431") && answer.contains("Request headers over 64 KiB"),
+        "{answer}"
+    );
 }
 
 #[tokio::test]
