@@ -4,6 +4,7 @@
 //! Work that outlives requests (tasks) holds the drain open until it has wound down.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -87,4 +88,11 @@ impl Drop for DrainHold {
         self.holds
             .send_modify(|holds| *holds = holds.saturating_sub(1));
     }
+}
+
+/// `wait` after `start`, or a deadline decades away when that is past what the clock can hold
+/// (a grace period configured as "forever").
+pub(crate) fn deadline_after(start: Instant, wait: Duration) -> Instant {
+    const DECADES: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+    start.checked_add(wait).unwrap_or_else(|| start + DECADES)
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::auth::Authenticator;
+use crate::drain::deadline_after;
 use crate::mrtr::{Engine, StateSealer};
 use crate::registry::Registry;
 use crate::server::{CachePolicy, Events, Server, ServerInfo, TaskConfig};
@@ -317,7 +318,10 @@ pub async fn serve(
     // The tasks' grace began with the drain, as the requests' did.
     let began = drain.began_at().unwrap_or_else(tokio::time::Instant::now);
     let wound_down = tokio::time::timeout_at(
-        began + settings.shutdown_grace + WIND_DOWN_MARGIN,
+        deadline_after(
+            began,
+            settings.shutdown_grace.saturating_add(WIND_DOWN_MARGIN),
+        ),
         drain.released(),
     );
     if wound_down.await.is_err() {

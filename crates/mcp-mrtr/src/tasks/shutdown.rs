@@ -10,7 +10,7 @@ use futures::StreamExt as _;
 use tokio::time::Instant;
 
 use super::{Change, Status, Tasks, now_ms};
-use crate::drain::Drain;
+use crate::drain::{Drain, deadline_after};
 use crate::observe;
 use crate::protocol::ProtocolError;
 
@@ -45,7 +45,7 @@ impl Tasks {
     async fn wind_down(&self, grace: Duration) {
         // No place is given from now on, even to a call that looked before the drain began.
         self.shared.places.close();
-        let deadline = Instant::now() + grace;
+        let deadline = deadline_after(Instant::now(), grace);
         let held = self.held();
         if held > 0 {
             tracing::info!(held, "draining: letting the tasks running here finish");
@@ -54,7 +54,8 @@ impl Tasks {
             tokio::time::sleep(FINISHED_CHECK).await;
         }
         let mut stopped = 0;
-        while self.held() > 0 && Instant::now() < deadline + LATE_STARTS {
+        let late = deadline_after(deadline, LATE_STARTS);
+        while self.held() > 0 && Instant::now() < late {
             stopped += self.stop_all().await;
             tokio::time::sleep(FINISHED_CHECK).await;
         }

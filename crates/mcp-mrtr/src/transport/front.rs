@@ -1,5 +1,5 @@
 //! The front door of `POST /mcp`: what HTTP adds is checked first, in the spec's order (Origin,
-//! content type, `Accept`, body size, JSON) after the size of the headers, then the message goes to the wire of its era: the
+//! then the size of the headers, content type, `Accept`, body size, JSON), then the message goes to the wire of its era: the
 //! 2026-07-28 wire ([`modern`](super::modern)), or with the `legacy` feature the 2025-11-25 one
 //! for clients that open with `initialize`.
 
@@ -26,9 +26,11 @@ use crate::protocol::meta::is_modern_meta;
 #[cfg(not(feature = "legacy"))]
 use crate::protocol::version;
 
-/// Most bytes of request headers (names, values and their separators) `POST /mcp` reads. A
-/// limit of its own, below hyper's (about 400 KiB, whose refusal is an empty 431 sent only when
-/// the head arrives in small enough pieces), so that larger heads always get the same answer.
+/// Most bytes of request headers (names, values and their separators) `POST /mcp` accepts.
+/// A limit of its own, well below hyper's (about 400 KiB buffered: past it, a head that arrives
+/// in small pieces gets hyper's empty 431, one that arrives at once is parsed), so that heads up
+/// to hyper's limit get one answer, a JSON-RPC error, however they arrive. HTTP/2 connections
+/// take header lists up to twice this size, so that this check, not h2's, answers them.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 /// `POST /mcp`.
@@ -46,6 +48,13 @@ pub(super) async fn post(
     // Held while the body is read and the request handled; a streamed answer returns its
     // response, and so its turn, as soon as the stream starts.
     let _turn = within_busy_wait(&endpoint.turns, 1).await?;
+    // First, as the spec has an invalid Origin answered 403 whatever else is wrong.
+    endpoint.options.origin.check(&headers).map_err(|reason| {
+        if let Some(held_back) = REFUSED_ORIGINS.take() {
+            tracing::warn!(held_back, "refused request: {reason}");
+        }
+        WireError::refused(StatusCode::FORBIDDEN, reason)
+    })?;
     let head_bytes: usize = headers
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len() + ": \r\n".len())
@@ -59,12 +68,6 @@ pub(super) async fn post(
             ),
         ));
     }
-    endpoint.options.origin.check(&headers).map_err(|reason| {
-        if let Some(held_back) = REFUSED_ORIGINS.take() {
-            tracing::warn!(held_back, "refused request: {reason}");
-        }
-        WireError::refused(StatusCode::FORBIDDEN, reason)
-    })?;
     if !is_json(&headers) {
         return Err(WireError::refused(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,

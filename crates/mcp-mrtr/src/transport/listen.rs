@@ -46,12 +46,17 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt as _;
 
 use super::Drain;
+use super::front::MAX_HEAD_BYTES;
 use super::traffic::{Busy, RoomWatched, Tracked, Watched};
 
 /// File descriptors kept free of connections, for the stores, the database, logs and the listener.
 pub const RESERVED_DESCRIPTORS: u64 = 128;
 /// The most connections one process is ever given, however high its open-file limit.
 const CONNECTIONS_CEILING: usize = 1_000_000;
+/// Largest HTTP/2 header list taken (h2 counts 32 bytes more per field than the front door's
+/// bound does).
+const HEADER_LIST_BYTES: u32 = 2 * MAX_HEAD_BYTES as u32;
+
 /// While draining, how long a connection with nothing to do stays open: longer than a balancer
 /// keeps an unused pooled connection (nginx's `keepalive_timeout` in `deploy/nginx.conf` is 4 s),
 /// so the balancer closes it first and never sends a request into a closing connection.
@@ -376,6 +381,9 @@ impl Served {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         // Timed by the checks below instead (see the module's comment).
         builder.http1().header_read_timeout(None);
+        // Past h2's own bound (16 KiB by default) a header list gets an empty 431: the front
+        // door's bound answers instead.
+        builder.http2().max_header_list_size(HEADER_LIST_BYTES);
         let served = builder.serve_connection_with_upgrades(io, service);
         tokio::pin!(served);
         let header_timeout = Some(limits.header_read_timeout).filter(|limit| !limit.is_zero());

@@ -3,6 +3,7 @@
 //! a stream of change notifications.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -239,41 +240,47 @@ async fn stream_events(
     mut events: broadcast::Receiver<ServerEvent>,
     frames: &mpsc::Sender<Bytes>,
 ) -> Result<(), mpsc::error::SendError<Bytes>> {
-    let tasks = server.tasks().filter(|_| !subscription.task_ids.is_empty());
-    // Each followed task as last sent, so no state of it is sent twice.
-    let mut sent = HashMap::new();
+    let mut followed = server
+        .tasks()
+        .filter(|_| !subscription.task_ids.is_empty())
+        .map(|tasks| Followed {
+            tasks,
+            subscription,
+            principal,
+            sent: HashMap::new(),
+        });
     // The followed tasks as they are now, so a task that changed before the stream opened is
     // not waited for in vain.
-    if let Some(tasks) = tasks {
-        for id in &subscription.task_ids {
-            send_task(tasks, subscription, principal, id, &mut sent, frames).await?;
-        }
+    if let Some(followed) = &mut followed {
+        followed.send_all(frames).await?;
     }
     // Read again every lease: a replica that died announces nothing (the read marks its tasks
     // failed), and a replica that stopped may not have got its last notices out.
-    let lease = tasks.map_or(Duration::from_secs(3600), |tasks| tasks.settings().lease);
+    let lease = followed
+        .as_ref()
+        .map_or(Duration::from_secs(3600), |followed| {
+            followed.tasks.settings().lease
+        });
     let mut check = tokio::time::interval_at(tokio::time::Instant::now() + lease, lease);
     loop {
-        let event = tokio::select! {
-            event = events.recv() => event,
-            _ = check.tick() => {
-                if let Some(tasks) = tasks {
-                    for id in &subscription.task_ids {
-                        send_task(tasks, subscription, principal, id, &mut sent, frames).await?;
-                    }
-                }
-                continue;
-            }
+        let heard = tokio::select! {
+            event = events.recv() => match event {
+                Ok(event) if subscription.wants(&event) => Some(event),
+                Ok(_) => continue,
+                // Notices were missed: the followed tasks are read again.
+                Err(RecvError::Lagged(_)) => None,
+                Err(RecvError::Closed) => return Ok(()),
+            },
+            _ = check.tick() => None,
         };
-        let event = match event {
-            Ok(event) if subscription.wants(&event) => event,
-            Ok(_) | Err(RecvError::Lagged(_)) => continue,
-            Err(RecvError::Closed) => return Ok(()),
-        };
-        match (&event, tasks) {
-            (ServerEvent::TaskChanged(id), Some(tasks)) => {
-                send_task(tasks, subscription, principal, id, &mut sent, frames).await?;
+        let Some(event) = heard else {
+            if let Some(followed) = &mut followed {
+                followed.send_all(frames).await?;
             }
+            continue;
+        };
+        match (&event, &mut followed) {
+            (ServerEvent::TaskChanged(id), Some(followed)) => followed.send(id, frames).await?,
             (ServerEvent::TaskChanged(_), None) => {}
             _ => {
                 let frame = subscription.notification(&event);
@@ -283,25 +290,49 @@ async fn stream_events(
     }
 }
 
-/// Sends `principal`'s task `id` as it is now, unless it is as last `sent` (or unreadable).
-async fn send_task(
-    tasks: &Tasks,
-    subscription: &Subscription,
-    principal: &Principal,
-    id: &str,
-    sent: &mut HashMap<String, Map<String, Value>>,
-    frames: &mpsc::Sender<Bytes>,
-) -> Result<(), mpsc::error::SendError<Bytes>> {
-    let Ok(Value::Object(task)) = tasks.get(principal, id).await else {
-        return Ok(());
-    };
-    if sent.get(id) == Some(&task) {
-        return Ok(());
+/// The tasks a listen stream follows, with a digest of each as last sent on it, so that no
+/// state of a task is sent twice.
+struct Followed<'a> {
+    tasks: &'a Tasks,
+    subscription: &'a Subscription,
+    principal: &'a Principal,
+    sent: HashMap<String, u64>,
+}
+
+impl Followed<'_> {
+    /// Sends every followed task that changed since it was last sent.
+    async fn send_all(
+        &mut self,
+        frames: &mpsc::Sender<Bytes>,
+    ) -> Result<(), mpsc::error::SendError<Bytes>> {
+        let subscription = self.subscription;
+        for id in &subscription.task_ids {
+            self.send(id, frames).await?;
+        }
+        Ok(())
     }
-    sent.insert(id.to_owned(), task.clone());
-    frames
-        .send(sse::frame(&subscription.task_notification(task)))
-        .await
+
+    /// Sends task `id` as it is now, unless it is as last sent (or unreadable).
+    async fn send(
+        &mut self,
+        id: &str,
+        frames: &mpsc::Sender<Bytes>,
+    ) -> Result<(), mpsc::error::SendError<Bytes>> {
+        let Ok(Value::Object(task)) = self.tasks.get(self.principal, id).await else {
+            return Ok(());
+        };
+        let mut digest = DefaultHasher::new();
+        serde_json::to_vec(&task)
+            .unwrap_or_default()
+            .hash(&mut digest);
+        let digest = digest.finish();
+        if self.sent.insert(id.to_owned(), digest) == Some(digest) {
+            return Ok(());
+        }
+        frames
+            .send(sse::frame(&self.subscription.task_notification(task)))
+            .await
+    }
 }
 
 /// Opens a `subscriptions/listen` stream, when its owner and the server have room for one more:

@@ -526,12 +526,11 @@ async fn client_supplied_values_are_echoed_only_as_a_short_prefix() {
 async fn headers_over_64_kib_are_refused_with_431_however_they_arrive() {
     let server = TestServer::start().await;
     let client = server.client();
-    let huge_origin = format!("http://{}.example.com", "o".repeat(300_000));
     let huge_name = "t".repeat(300_000);
     let refusals = [
         client
             .request("server/discover")
-            .header("Origin", huge_origin)
+            .header("X-Padding", "p".repeat(300_000))
             .send()
             .await,
         client
@@ -552,8 +551,7 @@ async fn headers_over_64_kib_are_refused_with_431_however_they_arrive() {
         );
     }
 
-    // The same head, sent in small pieces: hyper, which counts what it has buffered, would
-    // refuse it on its own with an empty 431 once it held 400 KiB of an unfinished head.
+    // The same kind of head, sent in small pieces, gets the same answer.
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}}"#;
     let head = format!(
         "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
