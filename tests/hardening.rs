@@ -1055,6 +1055,12 @@ async fn call_named(server: &MovieServer, name: &str, origin: Option<&str>) -> (
 /// A `tools/list` over HTTP/2 (prior knowledge) to `addr` carrying a header of `padding` bytes:
 /// the answer's status and body.
 async fn http2_tools_list_padded(addr: SocketAddr, padding: usize) -> (u16, String) {
+    http2_tools_list(addr, &addr.to_string(), padding).await
+}
+
+/// A `tools/list` over HTTP/2 (prior knowledge) to `addr`, naming `authority` as its host and
+/// carrying a header of `padding` bytes: the answer's status and body.
+async fn http2_tools_list(addr: SocketAddr, authority: &str, padding: usize) -> (u16, String) {
     let tcp = TcpStream::connect(addr).await.expect("connects");
     let (client, connection) = h2::client::handshake(tcp).await.expect("HTTP/2 opening");
     let driven = tokio::spawn(connection);
@@ -1062,7 +1068,7 @@ async fn http2_tools_list_padded(addr: SocketAddr, padding: usize) -> (u16, Stri
         .ready()
         .await
         .expect("the connection takes a request");
-    let request = axum::http::Request::post(format!("http://{addr}/mcp"))
+    let request = axum::http::Request::post(format!("http://{authority}/mcp"))
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", MODERN)
@@ -1157,6 +1163,25 @@ async fn huge_headers_and_names_are_echoed_only_as_a_prefix() {
     assert!(
         longest_log_line < 4096,
         "no log line echoes the input: {longest_log_line} bytes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_on_loopback_refuses_http2_requests_naming_a_foreign_host() {
+    // HTTP/2 names the host in `:authority`, not in a `Host` header: DNS rebinding through a
+    // client speaking HTTP/2 is refused as over HTTP/1.
+    let server = MovieServer::start(Backend::Sqlite).await;
+    let addr = address_of(server.url());
+    let (status, body) = http2_tools_list(addr, &format!("localhost:{}", addr.port()), 0).await;
+    assert_eq!(status, 200, "a local host: {body}");
+    let (status, body) =
+        http2_tools_list(addr, &format!("rebound.example.com:{}", addr.port()), 0).await;
+    assert_eq!(status, 403, "a foreign host: {body}");
+    assert!(
+        short_error(&body)["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Host rebound.example.com")),
+        "{body}"
     );
 }
 

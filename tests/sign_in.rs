@@ -476,6 +476,14 @@ async fn a_task_is_reached_only_with_the_scope_its_tool_needs() {
         403,
         &["error=\"insufficient_scope\"", "scope=\"movies:read\""],
     );
+    // A request the server would refuse for want of the Tasks extension is refused for that,
+    // whatever the task.
+    let without_tasks = writer
+        .request("tasks/get")
+        .params(json!({"taskId": id}))
+        .send()
+        .await;
+    without_tasks.assert_error(400, -32021);
     let working = task_request(&reader, "tasks/get", &id).await;
     assert_eq!(
         working.result()["status"],

@@ -580,8 +580,13 @@ async fn a_task_still_running_when_its_replica_stops_is_reported_failed_saying_w
         "replica A works on it"
     );
 
+    // A listener on replica B, which reads the task again only every lease (two minutes here),
+    // hears of the failure from A before A exits.
+    let (mut followed, _) = follow_tasks(&on_b, &[&id]).await;
     let exit = replicas.replica(1).terminate().await;
     assert!(exit.success(), "replica A stops cleanly: {exit}");
+    let heard = notification_of(&mut followed, "failed").await;
+    assert_eq!(heard["taskId"], id, "{heard}");
     let failed = get_task(&on_b, &id).await;
     assert_failed_saying(failed.result(), "shut down before the task finished");
     assert!(
@@ -611,13 +616,18 @@ impl Fixture {
 
     /// A fixture replica alone, keeping continuations and tasks in memory, and its log.
     fn alone() -> (Self, PathBuf) {
-        let keys = moviedb_mcp::mrtr::StateSealer::generate_spec("tasks");
-        let log = std::env::temp_dir().join(format!("moviedb-tasks-fixture-{}.log", random_hex(6)));
-        (Self::start(&[], &keys, free_port(), log.clone()), log)
+        Self::alone_with(&[])
     }
 
-    /// A fixture started with `store_args` (where it keeps continuations and tasks).
-    fn start(store_args: &[&str], state_keys: &str, port: u16, log: PathBuf) -> Self {
+    /// A fixture replica alone started with `args`, and its log.
+    fn alone_with(args: &[&str]) -> (Self, PathBuf) {
+        let keys = moviedb_mcp::mrtr::StateSealer::generate_spec("tasks");
+        let log = std::env::temp_dir().join(format!("moviedb-tasks-fixture-{}.log", random_hex(6)));
+        (Self::start(args, &keys, free_port(), log.clone()), log)
+    }
+
+    /// A fixture started with `args` (where it keeps continuations and tasks, how many it runs).
+    fn start(args: &[&str], state_keys: &str, port: u16, log: PathBuf) -> Self {
         let output = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -630,7 +640,7 @@ impl Fixture {
                 "--bind",
                 &SocketAddr::from((Ipv4Addr::LOCALHOST, port)).to_string(),
             ])
-            .args(store_args)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(output.try_clone().expect("clone the log handle"))
             .stderr(output)
@@ -782,14 +792,11 @@ async fn an_answer_that_does_not_fit_brought_by_the_request_that_became_a_task_i
     let _ = std::fs::remove_file(&log);
 }
 
-#[tokio::test]
-async fn work_that_needs_a_task_when_none_can_be_kept_is_refused_and_its_state_still_works() {
-    let (fixture, log) = Fixture::alone();
-    let client = fixture.client();
-
-    // A tool that asks its user first, then can only go on as a task.
+/// The retry of a call of the fixture's `test_tool_with_task` (which asks its user's name, then
+/// can only go on as a task), answered with `name`.
+async fn answered_greeting(client: &Client, name: &str) -> Value {
     let call = json!({"name": "test_tool_with_task", "arguments": {}});
-    let asked = fixture_task_request(&client, "tools/call", call.clone()).await;
+    let asked = fixture_task_request(client, "tools/call", call.clone()).await;
     assert_eq!(
         asked.result_type(),
         "input_required",
@@ -798,8 +805,17 @@ async fn work_that_needs_a_task_when_none_can_be_kept_is_refused_and_its_state_s
     );
     let mut retry = call;
     retry["requestState"] = json!(asked.request_state());
-    retry["inputResponses"] =
-        json!({"user_name": {"action": "accept", "content": {"name": "Ada"}}});
+    retry["inputResponses"] = json!({"user_name": {"action": "accept", "content": {"name": name}}});
+    retry
+}
+
+#[tokio::test]
+async fn work_that_needs_a_task_when_none_can_be_kept_is_refused_and_its_state_still_works() {
+    let (fixture, log) = Fixture::alone();
+    let client = fixture.client();
+
+    // A tool that asks its user first, then can only go on as a task.
+    let retry = answered_greeting(&client, "Ada").await;
     // A client whose clientInfo alone would make a 100 KB task record: none is kept for it.
     let bulky = json!({"name": "bulky-client", "version": "1.0.0", "title": "x".repeat(100_000)});
     for attempt in ["the retry", "the same retry again"] {
@@ -811,12 +827,10 @@ async fn work_that_needs_a_task_when_none_can_be_kept_is_refused_and_its_state_s
             .send()
             .await;
         refused.assert_error(500, -32603);
-        assert!(
-            refused
-                .error_message()
-                .starts_with("No task can be kept for this call now"),
-            "{attempt}: {}",
-            refused.body_text()
+        assert_eq!(
+            refused.error_message(),
+            "No task can be kept for this call: it is too large to keep as a task",
+            "{attempt}"
         );
     }
     // The same retry from a client whose task fits.
@@ -827,6 +841,61 @@ async fn work_that_needs_a_task_when_none_can_be_kept_is_refused_and_its_state_s
     let done = poll_task(get, is_terminal).await;
     assert_eq!(
         done["result"]["content"][0]["text"], "Hello, Ada! Your task is done.",
+        "{done}"
+    );
+    let _ = std::fs::remove_file(&log);
+}
+
+#[tokio::test]
+async fn work_that_needs_a_task_when_the_server_has_no_room_now_is_told_to_call_again() {
+    // One task runs at once, four are held: four slow computations take every place.
+    let (fixture, log) = Fixture::alone_with(&["--task-max-running", "1"]);
+    let client = fixture.client();
+    let mut slow = Vec::new();
+    for label in ["a", "b", "c", "d"] {
+        let call = json!({"name": "slow_compute", "arguments": {"seconds": 120, "label": label}});
+        let created = fixture_task_request(&client, "tools/call", call).await;
+        assert_eq!(created.result_type(), "task", "{}", created.body_text());
+        slow.push(task_id(created.result()));
+    }
+
+    let retry = answered_greeting(&client, "Grace").await;
+    let refused = fixture_task_request(&client, "tools/call", retry.clone()).await;
+    refused.assert_error(503, -32603);
+    assert_eq!(
+        refused.error_message(),
+        "No task can be kept for this call now (this server holds as many tasks as it may): \
+         call again later"
+    );
+    assert_eq!(
+        refused.header("retry-after"),
+        Some("1"),
+        "the client is told when to call again"
+    );
+
+    // Once a place is free (the cancelled task's worker has stopped), the same retry becomes a
+    // task, and it finishes once the other computations, which have the running slot before
+    // it, are cancelled too.
+    let cancel = |id: String| fixture_task_request(&client, "tasks/cancel", json!({"taskId": id}));
+    assert_acknowledged(&cancel(slow[0].clone()).await);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let created = loop {
+        let reply = fixture_task_request(&client, "tools/call", retry.clone()).await;
+        if reply.result_type() == "task" || std::time::Instant::now() > deadline {
+            break reply;
+        }
+        reply.assert_error(503, -32603);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(created.result_type(), "task", "{}", created.body_text());
+    let id = task_id(created.result());
+    for id in &slow[1..] {
+        assert_acknowledged(&cancel(id.clone()).await);
+    }
+    let get = || fixture_task_request(&client, "tasks/get", json!({"taskId": id}));
+    let done = poll_task(get, is_terminal).await;
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Hello, Grace! Your task is done.",
         "{done}"
     );
     let _ = std::fs::remove_file(&log);

@@ -20,6 +20,7 @@ use mcp_mrtr::registry::{Prompt, PromptArgument, Registry, Resource, ResourceTem
 use mcp_mrtr::server::{Events, ServerEvent, ServerInfo};
 use mcp_mrtr::service::{self, Settings};
 use mcp_mrtr::store::RedisStoreConfig;
+use mcp_mrtr::tasks::TaskSettings;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -45,6 +46,11 @@ struct Cli {
     /// Prefix of every Redis key this server writes.
     #[arg(long, default_value = "mcp-conformance:")]
     redis_prefix: String,
+
+    /// Most tasks run at once (four times as many are held, running or waiting).
+    #[arg(long, default_value_t = TaskSettings::default().max_running as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    task_max_running: u64,
 }
 
 impl Cli {
@@ -58,6 +64,10 @@ impl Cli {
                 cluster: false,
             }),
             loopback: self.bind.ip().is_loopback(),
+            tasks: TaskSettings {
+                max_running: usize::try_from(self.task_max_running).unwrap_or(usize::MAX),
+                ..TaskSettings::default()
+            },
             ..Settings::default()
         }
     }

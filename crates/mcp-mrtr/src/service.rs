@@ -25,7 +25,8 @@ use crate::transport::{
 /// The MCP endpoint path.
 pub const MCP_PATH: &str = "/mcp";
 
-/// Beyond the shutdown grace period, how long the tasks stopped then may take to be recorded.
+/// Beyond the shutdown grace period, how long the tasks stopped then may take to be recorded
+/// and announced.
 const WIND_DOWN_MARGIN: Duration = Duration::from_secs(5);
 
 /// How to serve. [`Settings::default`] is a server alone on localhost with development keys.
@@ -52,8 +53,9 @@ pub struct Settings {
     pub redis_count_every: Duration,
     /// Origins allowed besides localhost (`*` allows any).
     pub allowed_origins: Vec<String>,
-    /// Whether the server listens on a loopback address: then the `Host` header must name a local
-    /// host too (against DNS rebinding). Localhost origins are allowed either way.
+    /// Whether the server listens on a loopback address: then the host a request names (its
+    /// `Host` header, or over HTTP/2 its `:authority`) must be local too (against DNS
+    /// rebinding). Localhost origins are allowed either way.
     pub loopback: bool,
     /// Largest request body accepted, in bytes (larger ones get HTTP 413).
     pub max_body_bytes: usize,

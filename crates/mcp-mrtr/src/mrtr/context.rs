@@ -19,10 +19,45 @@ use crate::protocol::input::{
 use crate::protocol::version::TASKS_EXTENSION;
 use crate::protocol::{ClientCapabilities, LogLevel, ProtocolError, RequestMeta};
 
-/// Why work that can only run as a task is refused when none can be kept for its call.
-pub(super) const NO_TASK_KEPT: &str = "No task can be kept for this call now: the call is too \
-     large to keep as a task, or the server has no room for one (its task store is full, the \
-     caller holds its share of tasks, or the server holds as many as it may or is shutting down)";
+/// Why no task was kept for a call that would have become one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unkept {
+    /// The call is too large to keep as a task: it never will be.
+    TooLarge,
+    /// This replica has no place for a task now, for the reason given (it holds as many as it
+    /// may, or is shutting down): a moment later, or another replica, may have one.
+    Busy(&'static str),
+    /// The task store has no room for the caller's task (it is full, or the caller holds its
+    /// share): room comes as tasks expire.
+    Full,
+}
+
+/// How long a call refused for want of room in the task store is told to wait.
+const FULL_RETRY_AFTER_SECS: u32 = 60;
+
+impl Unkept {
+    /// The refusal of work that can only run as a task: -32603, with HTTP 503 and a
+    /// `Retry-After` when room may come.
+    pub(crate) fn refusal(self) -> ProtocolError {
+        let (why, retry_after) = match self {
+            Self::TooLarge => {
+                return ProtocolError::internal(
+                    "No task can be kept for this call: it is too large to keep as a task",
+                );
+            }
+            Self::Busy(why) => (why, 1),
+            Self::Full => (
+                "the task store is full, or the caller holds its share of tasks",
+                FULL_RETRY_AFTER_SECS,
+            ),
+        };
+        ProtocolError::internal(format!(
+            "No task can be kept for this call now ({why}): call again later"
+        ))
+        .with_status(503)
+        .retry_after(retry_after)
+    }
+}
 
 /// Whether the rest of a call may continue as a task (the Tasks extension).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,9 +68,9 @@ pub enum TaskMode {
     Unavailable,
     /// The client accepts a task in answer to this request.
     Available,
-    /// The client accepts tasks, but none can be kept for this call (the task store is full, or
-    /// the call is too large to keep): it goes on in the request.
-    Unkept,
+    /// The client accepts tasks, but none can be kept for this call, for the reason given: it
+    /// goes on in the request.
+    Unkept(Unkept),
     /// The handler is already running as a task.
     Running,
 }
@@ -127,14 +162,15 @@ impl RequestContext {
     pub fn continue_as_task(&self) -> Result<(), HandlerError> {
         match self.inner.tasks {
             TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new(false))),
-            TaskMode::Running | TaskMode::Unavailable | TaskMode::Unkept => Ok(()),
+            TaskMode::Running | TaskMode::Unavailable | TaskMode::Unkept(_) => Ok(()),
         }
     }
 
     /// Like [`continue_as_task`](Self::continue_as_task) for work that can only run as a task:
     /// a client that cannot take one gets -32021 naming the Tasks extension, and so does every
     /// client when the handler is a prompt's or a resource's (see [`TaskMode::Unavailable`]);
-    /// when no task can be kept for the call, -32603 says so.
+    /// when no task can be kept for the call, -32603 says why: with HTTP 503 and `Retry-After`
+    /// when there is no room now, HTTP 500 when the call is too large to keep as a task.
     pub fn require_task(&self) -> Result<(), HandlerError> {
         match self.inner.tasks {
             TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new(true))),
@@ -142,11 +178,9 @@ impl RequestContext {
             TaskMode::Unavailable => Err(HandlerError::Protocol(
                 ProtocolError::missing_capability(json!({ "extensions": { TASKS_EXTENSION: {} } })),
             )),
-            TaskMode::Unkept => {
+            TaskMode::Unkept(why) => {
                 self.inner.wanted_a_task.store(true, Ordering::Relaxed);
-                Err(HandlerError::Protocol(ProtocolError::internal(
-                    NO_TASK_KEPT,
-                )))
+                Err(HandlerError::Protocol(why.refusal()))
             }
         }
     }

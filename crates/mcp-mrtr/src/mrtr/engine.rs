@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use tracing::Instrument as _;
 
 use super::ask::Asker;
-use super::context::{NO_TASK_KEPT, RequestContext, TaskMode};
+use super::context::{RequestContext, TaskMode, Unkept};
 use super::error::HandlerError;
 use super::notify::Notifier;
 use super::rounds::{RoundState, Rounds};
@@ -282,18 +282,19 @@ impl Engine {
     }
 
     /// Runs `handler` again, in the request whose round asked to continue as a task, when no
-    /// task can be kept for it (the task store is full, or the call too large to keep): the
+    /// task can be kept for it (for the reason `why`): the
     /// handler finds the answers and remembered work of that round's `seed`, is offered no task,
     /// and its call goes on in the request as it would for a client without the Tasks
     /// extension. `call` is the request's, with the seed's principal, owner and meta. A handler
     /// that asked with [`RequestContext::require_task`] is not run again: the call fails with
-    /// -32603 saying why. Either way the continuation the request's retry took is put back when
+    /// -32603 saying why (with HTTP 503 when room may come later). Either way the continuation the request's retry took is put back when
     /// the call fails for a reason that can be mended (no room now, or an answer refused), so
     /// the same `requestState` works again.
     pub async fn continue_untasked<T, F, Fut>(
         &self,
         call: Call<'_>,
         seed: TaskSeed,
+        why: Unkept,
         handler: F,
     ) -> Result<Outcome<T>, ProtocolError>
     where
@@ -315,7 +316,7 @@ impl Engine {
             if let Some(taken) = taken {
                 self.put_back(&owner, taken).await;
             }
-            return Err(ProtocolError::internal(NO_TASK_KEPT));
+            return Err(why.refusal());
         }
         let span = round_span(&call);
         let round_trace = TraceCarrier {
@@ -335,7 +336,7 @@ impl Engine {
             taken,
             baggage: call.meta.trace.baggage.clone().or(trace.baggage),
             span,
-            tasks: TaskMode::Unkept,
+            tasks: TaskMode::Unkept(why),
         };
         self.run_round(call, start, handler).await
     }
@@ -763,7 +764,12 @@ mod tests {
 
         // What the round had is found again; a question after the task point is a new round.
         let outcome = engine
-            .continue_untasked(call(&arguments, &params), seed(&answers), handler)
+            .continue_untasked(
+                call(&arguments, &params),
+                seed(&answers),
+                STORE_FULL,
+                handler,
+            )
             .await;
         let Ok(Outcome::InputRequired(round)) = outcome else {
             panic!("a question past the task point is asked in a round of the request");
@@ -794,7 +800,7 @@ mod tests {
         assert_eq!(again.answers["second"], json!({"action": "decline"}));
         // With no room for that task either, it completes in the request, not asking again.
         let Ok(Outcome::Complete((first, step, second))) = engine
-            .continue_untasked(call(&arguments, &retry), *again, handler)
+            .continue_untasked(call(&arguments, &retry), *again, STORE_FULL, handler)
             .await
         else {
             panic!("the retry completes in its request");
@@ -803,26 +809,48 @@ mod tests {
         assert_eq!(step, 1, "the remembered work, not done again");
         assert!(matches!(second, Elicitation::Declined));
 
-        // Work that can only run as a task says why it cannot run now.
-        let outcome = engine
-            .continue_untasked(
-                call(&arguments, &params),
-                seed(&answers),
-                |ctx| async move { ctx.require_task() },
-            )
-            .await;
-        let Err(error) = outcome else {
-            panic!("require_task fails when no task can be kept");
-        };
-        assert_eq!(error.to_json()["code"], -32603);
-        assert!(
-            error.to_json()["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("No task can be kept for this call now")),
-            "{}",
-            error.to_json()
-        );
+        // Work that can only run as a task says why it cannot run now, and whether it may later.
+        for (why, status, retry_after, message) in [
+            (
+                STORE_FULL,
+                503,
+                Some(60),
+                "No task can be kept for this call now (the task store is full, or the caller \
+                 holds its share of tasks): call again later",
+            ),
+            (
+                Unkept::Busy("shutting down"),
+                503,
+                Some(1),
+                "No task can be kept for this call now (shutting down): call again later",
+            ),
+            (
+                Unkept::TooLarge,
+                500,
+                None,
+                "No task can be kept for this call: it is too large to keep as a task",
+            ),
+        ] {
+            let outcome = engine
+                .continue_untasked(
+                    call(&arguments, &params),
+                    seed(&answers),
+                    why,
+                    |ctx| async move { ctx.require_task() },
+                )
+                .await;
+            let Err(error) = outcome else {
+                panic!("require_task fails when no task can be kept");
+            };
+            assert_eq!(error.to_json()["code"], -32603);
+            assert_eq!(error.http_status(), status, "{why:?}");
+            assert_eq!(error.retry_after_secs(), retry_after, "{why:?}");
+            assert_eq!(error.to_json()["message"], message);
+        }
     }
+
+    /// No task kept for a reason that passes.
+    const STORE_FULL: Unkept = Unkept::Full;
 
     /// Where a test handler asks its one question, `go`, and what it does about tasks.
     #[derive(Clone, Copy)]
@@ -909,7 +937,7 @@ mod tests {
             panic!("the retry reaches the task point before it reads its answer");
         };
         let refused = engine
-            .continue_untasked(call(&arguments, &wrong), *seed, handler(plan))
+            .continue_untasked(call(&arguments, &wrong), *seed, STORE_FULL, handler(plan))
             .await;
         let Err(error) = refused else {
             panic!("the answer is refused");
@@ -933,7 +961,7 @@ mod tests {
         let before = runs.load(Ordering::SeqCst);
         assert_no_task_kept(
             engine
-                .continue_untasked(call(&arguments, &retry), *seed, handler(plan))
+                .continue_untasked(call(&arguments, &retry), *seed, STORE_FULL, handler(plan))
                 .await,
         );
         assert_eq!(
@@ -964,7 +992,7 @@ mod tests {
         };
         assert_no_task_kept(
             engine
-                .continue_untasked(call(&arguments, &retry), *seed, handler(plan))
+                .continue_untasked(call(&arguments, &retry), *seed, STORE_FULL, handler(plan))
                 .await,
         );
         assert!(

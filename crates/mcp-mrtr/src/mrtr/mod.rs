@@ -18,7 +18,7 @@ pub(crate) mod rounds;
 pub mod seal;
 
 pub use ask::{Answer, Answers, Asker};
-pub use context::{RequestContext, TaskMode};
+pub use context::{RequestContext, TaskMode, Unkept};
 pub use engine::{Call, Engine, InputRequired, Outcome, TaskSeed};
 pub use error::{HandlerError, InputPending, TaskPending};
 #[cfg(feature = "legacy")]

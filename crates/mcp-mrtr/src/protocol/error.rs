@@ -61,6 +61,8 @@ pub struct ProtocolError {
     pub data: Option<Value>,
     /// Set when the status differs from the one the code implies (a `_meta` error is -32602 but 400).
     status_override: Option<u16>,
+    /// Seconds to wait before trying again (`Retry-After`), when the error passes.
+    retry_after_secs: Option<u32>,
 }
 
 impl ProtocolError {
@@ -71,6 +73,7 @@ impl ProtocolError {
             message: shortened(message.into(), MESSAGE_LIMIT),
             data: None,
             status_override: None,
+            retry_after_secs: None,
         }
     }
 
@@ -84,6 +87,18 @@ impl ProtocolError {
     pub fn with_status(mut self, status: u16) -> Self {
         self.status_override = Some(status);
         self
+    }
+
+    /// Says to try again after `seconds` (`Retry-After`); an error sent with HTTP 503 says 1 s
+    /// unless told otherwise.
+    pub fn retry_after(mut self, seconds: u32) -> Self {
+        self.retry_after_secs = Some(seconds);
+        self
+    }
+
+    /// Seconds to wait before trying again, when said.
+    pub fn retry_after_secs(&self) -> Option<u32> {
+        self.retry_after_secs
     }
 
     /// A body that is not valid JSON: -32700 with HTTP 400.

@@ -6,7 +6,10 @@
 //! included) delivers what it receives to its listeners, so each stream sees each event once,
 //! whichever replica the change went through.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
@@ -19,6 +22,11 @@ use crate::store::RedisEventRelay;
 
 /// Events waiting to be published; beyond this they are delivered locally only.
 const OUTBOX_CAPACITY: usize = 256;
+/// How often [`Events::published`] looks whether the relay has caught up.
+const PUBLISHED_CHECK: Duration = Duration::from_millis(10);
+/// Events a listener may fall behind by before it misses some (it is then sent again all it may
+/// have missed). Every task's changes pass through, wanted by a stream or not.
+const LOCAL_CAPACITY: usize = 1024;
 
 /// A change a server announces to its `subscriptions/listen` streams.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,19 +76,33 @@ pub struct Events {
     shared: Arc<Shared>,
 }
 
+/// A handle on [`Events`] that does not keep them (and their relay) alive.
+#[derive(Clone)]
+pub struct WeakEvents(Weak<Shared>);
+
+impl WeakEvents {
+    /// The events, unless every [`Events`] handle is gone.
+    pub fn upgrade(&self) -> Option<Events> {
+        self.0.upgrade().map(|shared| Events { shared })
+    }
+}
+
 struct Shared {
     /// This server's listeners.
     local: broadcast::Sender<ServerEvent>,
     /// Events on their way to the relay, once the server relays through Redis.
     outbox: OnceLock<mpsc::Sender<ServerEvent>>,
+    /// Events handed to the relay and not yet published.
+    unpublished: Arc<AtomicUsize>,
 }
 
 impl Default for Events {
     fn default() -> Self {
         Self {
             shared: Arc::new(Shared {
-                local: broadcast::channel(256).0,
+                local: broadcast::channel(LOCAL_CAPACITY).0,
                 outbox: OnceLock::new(),
+                unpublished: Arc::new(AtomicUsize::new(0)),
             }),
         }
     }
@@ -99,9 +121,28 @@ impl Events {
             let _ = self.shared.local.send(event);
             return;
         };
+        self.shared.unpublished.fetch_add(1, Ordering::AcqRel);
         if let Err(full) = outbox.try_send(event) {
+            self.shared.unpublished.fetch_sub(1, Ordering::AcqRel);
             tracing::warn!("change-event relay is backed up; delivering on this replica only");
             let _ = self.shared.local.send(full.into_inner());
+        }
+    }
+
+    /// A handle that does not keep these events alive.
+    pub fn downgrade(&self) -> WeakEvents {
+        WeakEvents(Arc::downgrade(&self.shared))
+    }
+
+    /// Resolves once every event handed to the relay so far has been published, or `within`
+    /// has passed: a replica about to exit waits for it, so that the others hear its last
+    /// changes (its tasks stopped by the shutdown) at once.
+    pub async fn published(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.shared.unpublished.load(Ordering::Acquire) > 0
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(PUBLISHED_CHECK).await;
         }
     }
 
@@ -119,7 +160,9 @@ impl Events {
             tracing::warn!("change events already relay through Redis; kept the first relay");
             return;
         }
-        tokio::spawn(run_relay(relay, pending, self.shared.local.clone()));
+        let local = self.shared.local.clone();
+        let unpublished = self.shared.unpublished.clone();
+        tokio::spawn(run_relay(relay, pending, local, unpublished));
     }
 }
 
@@ -128,12 +171,14 @@ async fn run_relay(
     mut relay: RedisEventRelay,
     mut pending: mpsc::Receiver<ServerEvent>,
     local: broadcast::Sender<ServerEvent>,
+    unpublished: Arc<AtomicUsize>,
 ) {
     loop {
         tokio::select! {
             event = pending.recv() => {
                 let Some(event) = event else { return };
                 publish(&relay, event, &local).await;
+                unpublished.fetch_sub(1, Ordering::AcqRel);
             }
             Some(payload) = relay.next_message() => match ServerEvent::from_wire(&payload) {
                 Some(event) => {
@@ -277,6 +322,31 @@ impl Subscription {
         }
     }
 
+    /// Every notice other than a task's this stream wants, to send again after it missed some: one
+    /// about a change that did not happen only has the client read a list or a resource again.
+    pub fn may_have_missed(&self) -> Vec<ServerEvent> {
+        let lists = [
+            (self.tools_list_changed, ServerEvent::ToolsListChanged),
+            (self.prompts_list_changed, ServerEvent::PromptsListChanged),
+            (
+                self.resources_list_changed,
+                ServerEvent::ResourcesListChanged,
+            ),
+        ];
+        let mut seen = HashSet::new();
+        let resources = self
+            .resource_uris
+            .iter()
+            .filter(|uri| seen.insert(uri.as_str()))
+            .cloned()
+            .map(ServerEvent::ResourceUpdated);
+        lists
+            .into_iter()
+            .filter_map(|(wanted, event)| wanted.then_some(event))
+            .chain(resources)
+            .collect()
+    }
+
     pub(super) fn meta(&self) -> Value {
         json!({ META_SUBSCRIPTION_ID: self.id })
     }
@@ -351,6 +421,26 @@ mod tests {
         for junk in [&b""[..], b"X", b"TT", b"tools", b"U\xff\xfe"] {
             assert_eq!(ServerEvent::from_wire(junk), None, "{junk:?}");
         }
+    }
+
+    #[test]
+    fn a_stream_that_missed_notices_is_sent_each_it_wants_except_tasks() {
+        let subscription = Subscription {
+            tools_list_changed: true,
+            resources_list_changed: true,
+            resource_uris: vec!["test://a".into(), "test://b".into(), "test://a".into()],
+            task_ids: vec!["t1".into()],
+            ..Subscription::default()
+        };
+        assert_eq!(
+            subscription.may_have_missed(),
+            [
+                ServerEvent::ToolsListChanged,
+                ServerEvent::ResourcesListChanged,
+                ServerEvent::ResourceUpdated("test://a".into()),
+                ServerEvent::ResourceUpdated("test://b".into()),
+            ]
+        );
     }
 
     #[tokio::test]

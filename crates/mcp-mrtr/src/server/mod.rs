@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tracing::Instrument as _;
 
-pub use events::{Events, ServerEvent, Subscription};
+pub use events::{Events, ServerEvent, Subscription, WeakEvents};
 pub use reply::{Handled, Reply, ResultMeta};
 use reply::{decorate, finish};
 
@@ -29,6 +29,10 @@ use crate::registry::Registry;
 use crate::store::{Owner, TaskStore};
 use crate::tasks::{TaskSettings, Tasks, WeakTasks};
 use crate::trace_context;
+
+/// At shutdown, how long the announcements of the tasks' last changes may take to reach the
+/// other replicas before the server exits.
+const LAST_ANNOUNCEMENTS: Duration = Duration::from_secs(2);
 
 /// The identity a server reports in `server/discover`, and by name and version in every result of
 /// the 2026-07-28 wire.
@@ -132,7 +136,12 @@ impl Server {
             });
             let tasks = Tasks::new(config.store, config.settings, registry.clone(), announce);
             tokio::spawn(hear_task_changes(tasks.downgrade(), events.subscribe()));
-            tasks.wind_down_on(config.drain, config.shutdown_grace);
+            let relayed = events.downgrade();
+            tasks.wind_down_on(config.drain, config.shutdown_grace, move || async move {
+                if let Some(events) = relayed.upgrade() {
+                    events.published(LAST_ANNOUNCEMENTS).await;
+                }
+            });
             tasks
         });
         Arc::new(Self {
@@ -383,14 +392,14 @@ impl Server {
             (Outcome::Task(seed), Some(tasks)) => (seed, tasks),
             (outcome, _) => return finish(outcome),
         };
-        match tasks.create(name, arguments, &seed).await {
-            Ok(Some(created)) => return Ok(Reply::Task(created)),
-            Ok(None) => {}
+        let why = match tasks.create(name, arguments, &seed).await {
+            Ok(Ok(created)) => return Ok(Reply::Task(created)),
+            Ok(Err(why)) => why,
             Err(error) => {
                 self.engine.give_back(*seed).await;
                 return Err(error);
             }
-        }
+        };
         let call = Call {
             method: Method::ToolsCall,
             name,
@@ -405,7 +414,7 @@ impl Server {
         };
         let outcome = self
             .engine
-            .continue_untasked(call, *seed, |ctx| tool.call(ctx, arguments.clone()))
+            .continue_untasked(call, *seed, why, |ctx| tool.call(ctx, arguments.clone()))
             .await?;
         finish(outcome)
     }

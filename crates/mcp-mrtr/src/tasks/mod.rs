@@ -31,7 +31,7 @@ use record::{Lease, Status, TaskRecord};
 use crate::auth::Principal;
 use crate::drain::Drain;
 use crate::log_budget::LogBudget;
-use crate::mrtr::TaskSeed;
+use crate::mrtr::{TaskSeed, Unkept};
 use crate::observe;
 use crate::protocol::ProtocolError;
 use crate::protocol::input::{Elicitation, Roots, Sampling};
@@ -170,22 +170,18 @@ impl Tasks {
     }
 
     /// Creates the task that continues `tool`'s call from `seed`, starts it on this replica, and
-    /// returns the `CreateTaskResult`; the record is stored before this returns. `None`, and no
-    /// task, when none can be kept for the call: its record would take more than 64 KiB, this
-    /// replica holds as many tasks as it may or is shutting down, or the task store has no room
-    /// (for anyone, or for the caller, who holds its share). The call then goes on in its
-    /// request ([`Engine::continue_untasked`](crate::mrtr::Engine::continue_untasked)).
+    /// returns the `CreateTaskResult`; the record is stored before this returns. `Err` with the
+    /// reason, and no task, when none can be kept for the call: its record would take more than
+    /// 64 KiB, this replica holds as many tasks as it may or is shutting down, or the task store
+    /// has no room (for anyone, or for the caller, who holds its share). The call then goes on in
+    /// its request ([`Engine::continue_untasked`](crate::mrtr::Engine::continue_untasked)).
     pub async fn create(
         &self,
         tool: &str,
         arguments: &Value,
         seed: &TaskSeed,
-    ) -> Result<Option<Value>, ProtocolError> {
+    ) -> Result<Result<Value, Unkept>, ProtocolError> {
         let settings = &self.shared.settings;
-        let place = match self.place() {
-            Ok(place) => place,
-            Err(why) => return Ok(no_room(why)),
-        };
         let id = random_hex();
         let now = now_ms();
         let record = TaskRecord {
@@ -217,8 +213,13 @@ impl Tasks {
                 "a call too large to keep as a task goes on in its request"
             );
             observe::task("not_kept");
-            return Ok(None);
+            return Ok(Err(Unkept::TooLarge));
         }
+        // Taken once the call is known to fit, so that a call too large is told so at once.
+        let place = match self.place() {
+            Ok(place) => place,
+            Err(why) => return Ok(Err(no_room(Unkept::Busy(why)))),
+        };
         let created = record.created(&id);
         // Stored and started apart from the request, so a client that hangs up meanwhile cannot
         // leave a record with no worker.
@@ -236,11 +237,9 @@ impl Tasks {
         .await
         .map_err(|e| ProtocolError::internal(format!("creating the task failed: {e}")))??;
         if !kept {
-            return Ok(no_room(
-                "the task store is full, or the caller holds its share of tasks",
-            ));
+            return Ok(Err(no_room(Unkept::Full)));
         }
-        Ok(Some(created))
+        Ok(Ok(created))
     }
 
     /// The `tasks/get` result for `principal`'s task `id`.
@@ -548,15 +547,20 @@ fn fits(key: &str, asked: &Value, answer: &Value) -> Result<(), ProtocolError> {
 
 /// No task for a call, for reason `why`: said in the log (a few lines a second at most) and
 /// counted; the call goes on in its request.
-fn no_room(why: &str) -> Option<Value> {
+fn no_room(why: Unkept) -> Unkept {
     if let Some(held_back) = NO_ROOM.take() {
+        let why = match why {
+            Unkept::Busy(why) => why,
+            Unkept::Full => "the task store is full, or the caller holds its share of tasks",
+            Unkept::TooLarge => "the call is too large",
+        };
         tracing::warn!(
             held_back,
             "no room for a task ({why}): a call that would have become one goes on in its request"
         );
     }
     observe::task("not_kept");
-    None
+    why
 }
 
 /// The refusal of answers that would resume a task this replica has no place for (`why`).
@@ -652,6 +656,21 @@ mod tests {
         }
     }
 
+    /// Two replicas running `registry`'s tools with `settings`, sharing a memory store, whose
+    /// notices of changes never arrive.
+    fn two_replicas(registry: Registry, settings: TaskSettings) -> (Tasks, Tasks) {
+        let registry = Arc::new(registry);
+        let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::new(10, 10));
+        let unheard: Announce = Arc::new(|_: &str| {});
+        let here = Tasks::new(
+            store.clone(),
+            settings.clone(),
+            registry.clone(),
+            unheard.clone(),
+        );
+        (here, Tasks::new(store, settings, registry, unheard))
+    }
+
     async fn status_of(tasks: &Tasks, id: &str) -> Value {
         tasks
             .get(&Principal::Anonymous, id)
@@ -668,18 +687,9 @@ mod tests {
         let (first_runs, second_runs) =
             (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let mut registry = Registry::new();
-        let (held, started) = (gate.clone(), first_runs.clone());
         let counted = second_runs.clone();
         registry
-            .add_tool(Tool::without_arguments("first", "Waits", move |ctx| {
-                let (held, started) = (held.clone(), started.clone());
-                async move {
-                    ctx.continue_as_task()?;
-                    started.fetch_add(1, Ordering::SeqCst);
-                    let _let_go = held.acquire().await;
-                    Ok(CallToolResult::text("first done"))
-                }
-            }))
+            .add_tool(held_tool("first", &gate, &first_runs))
             .add_tool(Tool::without_arguments("second", "Counts", move |ctx| {
                 let counted = counted.clone();
                 async move {
@@ -688,21 +698,11 @@ mod tests {
                     Ok(CallToolResult::text("second done"))
                 }
             }));
-        let registry = Arc::new(registry);
-        let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::new(10, 10));
         let one_at_a_time = TaskSettings {
             max_running: 1,
             ..TaskSettings::default()
         };
-        // Two replicas sharing the store, whose notices of changes never arrive.
-        let unheard: Announce = Arc::new(|_: &str| {});
-        let here = Tasks::new(
-            store.clone(),
-            one_at_a_time.clone(),
-            registry.clone(),
-            unheard.clone(),
-        );
-        let elsewhere = Tasks::new(store, one_at_a_time, registry, unheard);
+        let (here, elsewhere) = two_replicas(registry, one_at_a_time);
 
         let create = |tool: &'static str| {
             let here = here.clone();
@@ -777,6 +777,21 @@ mod tests {
         Tasks::new(store, settings, Arc::new(registry), Arc::new(|_: &str| {}))
     }
 
+    /// A tool that goes on as a task, counts its runs in `runs`, then waits for a permit of
+    /// `gate`.
+    fn held_tool(name: &'static str, gate: &Arc<Semaphore>, runs: &Arc<AtomicUsize>) -> Tool {
+        let (gate, runs) = (gate.clone(), runs.clone());
+        Tool::without_arguments(name, "Waits", move |ctx| {
+            let (gate, runs) = (gate.clone(), runs.clone());
+            async move {
+                ctx.continue_as_task()?;
+                runs.fetch_add(1, Ordering::SeqCst);
+                let _let_go = gate.acquire().await;
+                Ok(CallToolResult::text("done"))
+            }
+        })
+    }
+
     /// A tool that goes on as a task, then asks its user to confirm.
     fn asking_tool() -> Tool {
         Tool::without_arguments("asks", "Asks to confirm", |ctx| async move {
@@ -809,7 +824,9 @@ mod tests {
             .create(tool, &json!({}), &seed)
             .await
             .expect("no error");
-        created.map(|created| created["taskId"].as_str().expect("an id").to_owned())
+        created
+            .ok()
+            .map(|created| created["taskId"].as_str().expect("an id").to_owned())
     }
 
     fn confirmed() -> Map<String, Value> {
@@ -820,18 +837,10 @@ mod tests {
     #[tokio::test]
     async fn a_replica_holds_four_tasks_per_slot_whether_they_are_created_or_resumed() {
         let gate = Arc::new(Semaphore::new(0));
-        let held = gate.clone();
         let mut registry = Registry::new();
         registry
             .add_tool(asking_tool())
-            .add_tool(Tool::without_arguments("holds", "Waits", move |ctx| {
-                let held = held.clone();
-                async move {
-                    ctx.continue_as_task()?;
-                    let _let_go = held.acquire().await;
-                    Ok(CallToolResult::text("done"))
-                }
-            }));
+            .add_tool(held_tool("holds", &gate, &Arc::default()));
         let tasks = one_at_a_time(registry);
         let asking = asking_task(&tasks).await;
         let mut holding = Vec::new();
@@ -928,7 +937,7 @@ mod tests {
         let stuck = create(&tasks, "stuck").await.expect("kept");
 
         let drain = Drain::default();
-        tasks.wind_down_on(drain.clone(), Duration::from_secs(3));
+        tasks.wind_down_on(drain.clone(), Duration::from_secs(3), || async {});
         drain.begin();
         assert_eq!(
             create(&tasks, "quick").await,
@@ -957,25 +966,47 @@ mod tests {
         assert!(tasks.lock_running().is_empty());
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tool_that_holds_up_its_thread_past_a_lease_keeps_its_task() {
+        let mut registry = Registry::new();
+        registry.add_tool(Tool::without_arguments(
+            "computes",
+            "Works without yielding",
+            |ctx| async move {
+                ctx.continue_as_task()?;
+                // Work that never yields, such as a long computation, past the lease and the
+                // second of leeway for clocks.
+                std::thread::sleep(Duration::from_millis(2500));
+                Ok(CallToolResult::text("computed"))
+            },
+        ));
+        let settings = TaskSettings {
+            lease: Duration::from_millis(300),
+            ..TaskSettings::default()
+        };
+        let (here, elsewhere) = two_replicas(registry, settings);
+        let id = create(&here, "computes").await.expect("kept");
+        tokio::time::sleep(Duration::from_millis(1800)).await;
+        // Another replica reading a task whose lease lapsed would report it failed.
+        assert_eq!(
+            status_of(&elsewhere, &id).await,
+            "working",
+            "the lease was renewed while the tool held up its thread"
+        );
+        let done = settled(&here, &id, "completed").await;
+        assert_eq!(done["result"]["content"][0]["text"], "computed", "{done}");
+    }
+
     #[tokio::test]
     async fn a_replica_that_missed_notices_stops_a_worker_whose_task_was_cancelled_elsewhere() {
         let mut registry = Registry::new();
         registry.add_tool(stuck_tool());
-        let registry = Arc::new(registry);
-        let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::new(10, 10));
         // A lease far longer than the test: its renewal would notice the cancel only minutes on.
         let settings = TaskSettings {
             lease: Duration::from_secs(600),
             ..TaskSettings::default()
         };
-        let unheard: Announce = Arc::new(|_: &str| {});
-        let here = Tasks::new(
-            store.clone(),
-            settings.clone(),
-            registry.clone(),
-            unheard.clone(),
-        );
-        let elsewhere = Tasks::new(store, settings, registry, unheard);
+        let (here, elsewhere) = two_replicas(registry, settings);
         let id = create(&here, "stuck").await.expect("kept");
         elsewhere
             .cancel(&Principal::Anonymous, &id)

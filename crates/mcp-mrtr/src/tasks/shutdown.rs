@@ -23,9 +23,14 @@ const LATE_STARTS: Duration = Duration::from_secs(2);
 const RECORDED_AT_ONCE: usize = 16;
 
 impl Tasks {
-    /// Winds these tasks down (see the module docs) once `drain` begins, giving them `grace`.
-    /// Called once; later calls change nothing.
-    pub(crate) fn wind_down_on(&self, drain: Drain, grace: Duration) {
+    /// Winds these tasks down (see the module docs) once `drain` begins, giving them `grace`,
+    /// then holds the drain until `announced` resolves (the announcements of the tasks' last
+    /// changes are on their way). Called once; later calls change nothing.
+    pub(crate) fn wind_down_on<F, A>(&self, drain: Drain, grace: Duration, announced: F)
+    where
+        F: FnOnce() -> A + Send + 'static,
+        A: Future<Output = ()> + Send,
+    {
         if self.shared.drain.set(drain.clone()).is_err() {
             return;
         }
@@ -38,6 +43,7 @@ impl Tasks {
             if let Some(tasks) = tasks.upgrade() {
                 tasks.wind_down(grace).await;
             }
+            announced().await;
             drop(hold);
         });
     }

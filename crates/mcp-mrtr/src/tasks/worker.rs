@@ -9,6 +9,7 @@ use futures::FutureExt;
 use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 use tokio::task::AbortHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::{Change, MAX_TASK_BYTES, Status, TaskRecord, Tasks, encode, millis, now_ms};
 use crate::mrtr::engine::protocol_error;
@@ -78,6 +79,23 @@ impl Tasks {
     }
 
     async fn work(&self, id: &str, record: TaskRecord) {
+        // The lease is renewed by a task of its own, so that a tool that holds up its thread
+        // for a while does not hold up the renewal too; it says when the task is no longer this
+        // replica's to run, and stops when the worker ends, however it ends.
+        let (started, has_started) = oneshot::channel::<()>();
+        let (lost, mut no_longer_ours) = oneshot::channel::<()>();
+        let renewer = {
+            let (tasks, id) = (self.clone(), id.to_owned());
+            tokio::spawn(async move {
+                let _ = started.send(());
+                tasks.keep_lease(&id).await;
+                let _ = lost.send(());
+            })
+        };
+        let renewer = AbortOnDropHandle::new(renewer);
+        // Until it first runs, the renewer waits in a spot of this thread's queue that other
+        // threads do not take work from: a tool holding up the thread would hold it up too.
+        let _ = has_started.await;
         // A replica runs a bounded number of tasks at once; the others wait their turn, still
         // holding their lease.
         let _slot = tokio::select! {
@@ -85,7 +103,7 @@ impl Tasks {
                 Ok(slot) => slot,
                 Err(_) => return,
             },
-            () = self.keep_lease(id) => return,
+            _ = &mut no_longer_ours => return,
         };
         // A task cancelled while it waited does not start, though the notice of its cancel was
         // lost; a store out of reach now does not stop it (its ending's write decides).
@@ -96,8 +114,9 @@ impl Tasks {
         }
         let ending = tokio::select! {
             ending = self.run(&record) => ending,
-            () = self.keep_lease(id) => return,
+            _ = &mut no_longer_ours => return,
         };
+        drop(renewer);
         let replica = self.shared.replica.clone();
         let now = now_ms();
         let mut settle = |task: &mut TaskRecord| {
@@ -136,8 +155,9 @@ impl Tasks {
             }
             Change::Write(Some(task.status))
         };
-        // The store may fail for a moment: try again while the lease holds, rather than lose
-        // work that may have taken long.
+        // The store may fail for a moment: try again for a lease, rather than lose work that
+        // may have taken long (a write past the lease is harmless: it lands only while the
+        // record still says the task is this replica's).
         let deadline = tokio::time::Instant::now() + self.shared.settings.lease;
         let written = loop {
             match self.modify(id, &mut settle).await {

@@ -45,16 +45,17 @@ pub(super) async fn post(
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(address)| address.ip());
-    // Held while the body is read and the request handled; a streamed answer returns its
-    // response, and so its turn, as soon as the stream starts.
-    let _turn = within_busy_wait(&endpoint.turns, 1).await?;
     // First, as the spec has an invalid Origin answered 403 whatever else is wrong.
-    endpoint.options.origin.check(&headers).map_err(|reason| {
-        if let Some(held_back) = REFUSED_ORIGINS.take() {
-            tracing::warn!(held_back, "refused request: {reason}");
-        }
-        WireError::refused(StatusCode::FORBIDDEN, reason)
-    })?;
+    endpoint
+        .options
+        .origin
+        .check(&parts.uri, &headers)
+        .map_err(|reason| {
+            if let Some(held_back) = REFUSED_ORIGINS.take() {
+                tracing::warn!(held_back, "refused request: {reason}");
+            }
+            WireError::refused(StatusCode::FORBIDDEN, reason)
+        })?;
     let head_bytes: usize = headers
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len() + ": \r\n".len())
@@ -80,6 +81,10 @@ pub(super) async fn post(
             "Accept must allow application/json or text/event-stream",
         )
     })?;
+    // Taken after the checks above, which only read the headers, so that requests they refuse
+    // never wait for a turn. Held while the body is read and the request handled; a streamed
+    // answer returns its response, and so its turn, as soon as the stream starts.
+    let _turn = within_busy_wait(&endpoint.turns, 1).await?;
     let incoming = read_message(&endpoint, &headers, body).await?;
     #[cfg(feature = "legacy")]
     if super::legacy::routes_here(&headers, &incoming) {

@@ -11,13 +11,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, Uri};
 use axum::response::IntoResponse;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::answer_relay::AnswerRelay;
 use super::headers::header_text;
@@ -383,55 +385,80 @@ async fn initialize(
 /// have room for one more.
 pub(super) async fn get(
     State(endpoint): State<Arc<Endpoint>>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Result<Response<Body>, WireError> {
-    let (session_id, session) = session_of(&endpoint, &headers).await?;
+    let (session_id, session) = session_of(&endpoint, &uri, &headers).await?;
     let long_lived = endpoint.long_lived(&Owner::new(&session.owner), None, None)?;
     let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
     let mut events = endpoint.server.events().subscribe();
     let watcher = endpoint.clone();
     let task = tokio::spawn(async move {
         loop {
-            let event = match events.recv().await {
-                Ok(event) => event,
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            let heard = match events.recv().await {
+                Ok(event) => vec![event],
+                Err(RecvError::Lagged(_)) => may_have_missed(&watcher, &session_id).await,
+                Err(RecvError::Closed) => return,
             };
-            let message = match &event {
-                ServerEvent::ToolsListChanged => {
-                    notification_bytes("notifications/tools/list_changed", &json!({}))
-                }
-                ServerEvent::PromptsListChanged => {
-                    notification_bytes("notifications/prompts/list_changed", &json!({}))
-                }
-                ServerEvent::ResourcesListChanged => {
-                    notification_bytes("notifications/resources/list_changed", &json!({}))
-                }
-                ServerEvent::ResourceUpdated(uri) => {
-                    // Subscriptions may have changed on any replica since the stream opened.
-                    let subscribed = read(&watcher, &session_id)
-                        .await
-                        .ok()
-                        .flatten()
-                        .is_some_and(|s| s.subscriptions.contains(uri));
-                    if !subscribed {
-                        continue;
+            for event in heard {
+                let message = match &event {
+                    ServerEvent::ToolsListChanged => {
+                        notification_bytes("notifications/tools/list_changed", &json!({}))
                     }
-                    notification_bytes("notifications/resources/updated", &json!({ "uri": uri }))
+                    ServerEvent::PromptsListChanged => {
+                        notification_bytes("notifications/prompts/list_changed", &json!({}))
+                    }
+                    ServerEvent::ResourcesListChanged => {
+                        notification_bytes("notifications/resources/list_changed", &json!({}))
+                    }
+                    ServerEvent::ResourceUpdated(uri) => {
+                        // Subscriptions may have changed on any replica since the stream opened.
+                        let subscribed = read(&watcher, &session_id)
+                            .await
+                            .ok()
+                            .flatten()
+                            .is_some_and(|s| s.subscriptions.contains(uri));
+                        if !subscribed {
+                            continue;
+                        }
+                        let params = json!({ "uri": uri });
+                        notification_bytes("notifications/resources/updated", &params)
+                    }
+                    // Legacy sessions do not get tasks.
+                    ServerEvent::TaskChanged(_) => continue,
+                };
+                if frames_tx.send(sse::frame(&message)).await.is_err() {
+                    return;
                 }
-                // Legacy sessions do not get tasks.
-                ServerEvent::TaskChanged(_) => continue,
-            };
-            if frames_tx.send(sse::frame(&message)).await.is_err() {
-                return;
             }
         }
     });
     Ok(sse::stream(
         ReceiverStream::new(frames_rx),
-        sse::AbortOnDrop(task.abort_handle()),
+        AbortOnDropHandle::new(task),
         Some(long_lived),
     ))
+}
+
+/// Every notice a session's stream that fell behind may have missed: the changes of each list
+/// the server has, and an update of each resource the session subscribes to. One about a change
+/// that did not happen only has the client read again.
+async fn may_have_missed(endpoint: &Endpoint, session_id: &str) -> Vec<ServerEvent> {
+    let registry = endpoint.server.registry();
+    let lists = [
+        (registry.has_tools(), ServerEvent::ToolsListChanged),
+        (registry.has_prompts(), ServerEvent::PromptsListChanged),
+        (registry.has_resources(), ServerEvent::ResourcesListChanged),
+    ];
+    let subscribed = match read(endpoint, session_id).await {
+        Ok(Some(session)) => session.subscriptions,
+        _ => Vec::new(),
+    };
+    lists
+        .into_iter()
+        .filter_map(|(has, event)| has.then_some(event))
+        .chain(subscribed.into_iter().map(ServerEvent::ResourceUpdated))
+        .collect()
 }
 
 /// The server's capabilities as a 2025-11-25 session gets them: without the extensions (tasks),
@@ -447,9 +474,10 @@ fn legacy_capabilities(server: &crate::server::Server) -> Value {
 /// Ends a session.
 pub(super) async fn delete(
     State(endpoint): State<Arc<Endpoint>>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Result<Response<Body>, WireError> {
-    let (session_id, _) = session_of(&endpoint, &headers).await?;
+    let (session_id, _) = session_of(&endpoint, &uri, &headers).await?;
     match endpoint.legacy.sessions.delete_session(&session_id).await {
         Ok(()) => {
             if let Some(held_back) = SESSION_LINES.take() {
@@ -471,12 +499,13 @@ pub(super) async fn delete(
 /// The session named by the request's header, checked against its origin and its caller.
 async fn session_of(
     endpoint: &Arc<Endpoint>,
+    uri: &Uri,
     headers: &HeaderMap,
 ) -> Result<(String, Session), WireError> {
     endpoint
         .options
         .origin
-        .check(headers)
+        .check(uri, headers)
         .map_err(|reason| WireError::refused(StatusCode::FORBIDDEN, reason))?;
     let principal = endpoint
         .options

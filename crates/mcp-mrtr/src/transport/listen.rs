@@ -56,6 +56,9 @@ const CONNECTIONS_CEILING: usize = 1_000_000;
 /// Largest HTTP/2 header list taken (h2 counts 32 bytes more per field than the front door's
 /// bound does).
 const HEADER_LIST_BYTES: u32 = 2 * MAX_HEAD_BYTES as u32;
+/// Most streams open at once on one HTTP/2 connection: the least RFC 9113 recommends, so that
+/// one connection's header lists stay within about 13 MiB.
+const HTTP2_STREAMS: u32 = 100;
 
 /// While draining, how long a connection with nothing to do stays open: longer than a balancer
 /// keeps an unused pooled connection (nginx's `keepalive_timeout` in `deploy/nginx.conf` is 4 s),
@@ -384,6 +387,8 @@ impl Served {
         // Past h2's own bound (16 KiB by default) a header list gets an empty 431: the front
         // door's bound answers instead.
         builder.http2().max_header_list_size(HEADER_LIST_BYTES);
+        // Each open stream may hold a header list that large: fewer streams than hyper's 200.
+        builder.http2().max_concurrent_streams(HTTP2_STREAMS);
         let served = builder.serve_connection_with_upgrades(io, service);
         tokio::pin!(served);
         let header_timeout = Some(limits.header_read_timeout).filter(|limit| !limit.is_zero());

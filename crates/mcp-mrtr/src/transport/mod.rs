@@ -41,7 +41,8 @@ use crate::store::Owner;
 
 /// HTTP-level settings of the endpoint.
 pub struct TransportOptions {
-    /// Which `Origin` (and `Host`) headers are accepted, against DNS rebinding.
+    /// Which `Origin`s (and hosts named by `Host` or `:authority`) are accepted, against DNS
+    /// rebinding.
     pub origin: OriginPolicy,
     /// Resolves each request's principal from its headers.
     pub authenticator: Arc<dyn Authenticator>,

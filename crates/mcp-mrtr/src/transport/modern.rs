@@ -16,6 +16,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::headers::{MCP_PROTOCOL_VERSION, check_method, check_name, check_params, header_text};
 use super::respond::{Accept, WireError, accepted, streamed};
@@ -105,7 +106,10 @@ async fn missing_scope(
         .registry()
         .required_scopes()
         .any(|scope| !caller.may(scope));
-    let Some(tasks) = server.tasks().filter(|_| lacks_some) else {
+    // A request without the Tasks extension in its `_meta` is refused for that afterwards
+    // (-32021), and reads no task.
+    let takes_tasks = || RequestMeta::from_params(params).is_ok_and(|meta| meta.capabilities.tasks);
+    let Some(tasks) = server.tasks().filter(|_| lacks_some && takes_tasks()) else {
         return Ok(None);
     };
     let named: Vec<&str> = match method {
@@ -265,29 +269,48 @@ async fn stream_events(
     loop {
         let heard = tokio::select! {
             event = events.recv() => match event {
-                Ok(event) if subscription.wants(&event) => Some(event),
+                Ok(event) if subscription.wants(&event) => Heard::Event(event),
                 Ok(_) => continue,
-                // Notices were missed: the followed tasks are read again.
-                Err(RecvError::Lagged(_)) => None,
+                Err(RecvError::Lagged(_)) => Heard::Missed,
                 Err(RecvError::Closed) => return Ok(()),
             },
-            _ = check.tick() => None,
+            _ = check.tick() => Heard::Due,
         };
-        let Some(event) = heard else {
-            if let Some(followed) = &mut followed {
-                followed.send_all(frames).await?;
+        match heard {
+            Heard::Event(ServerEvent::TaskChanged(id)) => {
+                if let Some(followed) = &mut followed {
+                    followed.send(&id, frames).await?;
+                }
             }
-            continue;
-        };
-        match (&event, &mut followed) {
-            (ServerEvent::TaskChanged(id), Some(followed)) => followed.send(id, frames).await?,
-            (ServerEvent::TaskChanged(_), None) => {}
-            _ => {
-                let frame = subscription.notification(&event);
-                frames.send(sse::frame(&frame)).await?;
+            Heard::Event(event) => {
+                frames
+                    .send(sse::frame(&subscription.notification(&event)))
+                    .await?;
+            }
+            Heard::Missed | Heard::Due => {
+                if matches!(heard, Heard::Missed) {
+                    for event in subscription.may_have_missed() {
+                        frames
+                            .send(sse::frame(&subscription.notification(&event)))
+                            .await?;
+                    }
+                }
+                if let Some(followed) = &mut followed {
+                    followed.send_all(frames).await?;
+                }
             }
         }
     }
+}
+
+/// What woke a listen stream.
+enum Heard {
+    /// A notice it wants.
+    Event(ServerEvent),
+    /// It fell behind the notices and missed some: all it wants is sent again.
+    Missed,
+    /// Its followed tasks are due to be read again.
+    Due,
 }
 
 /// The tasks a listen stream follows, with a digest of each as last sent on it, so that no
@@ -362,7 +385,7 @@ fn listen(
     });
     sse::stream(
         ReceiverStream::new(frames_rx),
-        sse::AbortOnDrop(task.abort_handle()),
+        AbortOnDropHandle::new(task),
         Some(long_lived),
     )
 }

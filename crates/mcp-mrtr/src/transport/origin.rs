@@ -1,7 +1,9 @@
 //! DNS-rebinding protection: the `Origin` header must name an allowed origin (localhost by default,
-//! plus a configured allow-list), and when serving on loopback the `Host` header must be local too.
+//! plus a configured allow-list), and when serving on loopback the host the request names must be
+//! local too: its `Host` header and, over HTTP/2 (which has no `Host` header of its own), the
+//! `:authority` its URI carries.
 
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, Uri, header};
 
 use crate::protocol::error::excerpt;
 
@@ -10,13 +12,13 @@ use crate::protocol::error::excerpt;
 pub struct OriginPolicy {
     /// Full origins (`https://app.example.com`) or `*` for any.
     allowed: Vec<String>,
-    /// Check `Host` as well (on when the server listens on loopback only).
+    /// Check the host the request names as well (on when the server listens on loopback only).
     check_host: bool,
 }
 
 impl OriginPolicy {
     /// Allows localhost origins plus `allowed` (trailing `/` ignored, `*` for any), and checks
-    /// `Host` too when `check_host` is set.
+    /// the host a request names (`Host`, or the URI's authority) too when `check_host` is set.
     pub fn new(allowed: Vec<String>, check_host: bool) -> Self {
         Self {
             allowed: allowed
@@ -36,8 +38,8 @@ impl OriginPolicy {
                 .is_some_and(|(_, authority)| is_local(authority))
     }
 
-    /// `Err` with a reason when the request must be refused with 403.
-    pub fn check(&self, headers: &HeaderMap) -> Result<(), String> {
+    /// `Err` with a reason when the request to `uri` with `headers` must be refused with 403.
+    pub fn check(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), String> {
         if let Some(origin) = headers.get(header::ORIGIN) {
             let origin = origin
                 .to_str()
@@ -47,21 +49,34 @@ impl OriginPolicy {
                 return Err(format!("Origin {} is not allowed", excerpt(origin)));
             }
         }
-        if self.check_host
-            && let Some(host) = headers.get(header::HOST)
-        {
+        if !self.check_host {
+            return Ok(());
+        }
+        if let Some(host) = headers.get(header::HOST) {
             let host = host
                 .to_str()
                 .map_err(|_| "Host header is not valid text".to_owned())?;
-            let listed = self
-                .allowed
-                .iter()
-                .any(|a| a == "*" || a.split_once("://").is_some_and(|(_, auth)| auth == host));
-            if !is_local(host) && !listed {
-                return Err(format!("Host {} is not allowed", excerpt(host)));
-            }
+            self.allows_host(host)?;
+        }
+        // Both are checked when both come: a client may send a `Host` header over HTTP/2 too.
+        if let Some(authority) = uri.authority() {
+            let host = authority.as_str();
+            self.allows_host(host.rsplit_once('@').map_or(host, |(_, host)| host))?;
         }
         Ok(())
+    }
+
+    /// `Err` unless `host` (`host[:port]`) is this machine or the authority of an allowed origin.
+    fn allows_host(&self, host: &str) -> Result<(), String> {
+        let listed = self
+            .allowed
+            .iter()
+            .any(|a| a == "*" || a.split_once("://").is_some_and(|(_, auth)| auth == host));
+        if is_local(host) || listed {
+            Ok(())
+        } else {
+            Err(format!("Host {} is not allowed", excerpt(host)))
+        }
     }
 }
 
@@ -92,48 +107,96 @@ mod tests {
         map
     }
 
+    fn path() -> Uri {
+        Uri::from_static("/mcp")
+    }
+
     #[test]
     fn local_origins_pass_and_foreign_ones_do_not() {
         let policy = OriginPolicy::new(vec!["https://app.example.com".into()], true);
         assert!(
             policy
-                .check(&headers(&[
-                    ("origin", "http://localhost:3000"),
-                    ("host", "localhost:3000")
-                ]))
+                .check(
+                    &path(),
+                    &headers(&[
+                        ("origin", "http://localhost:3000"),
+                        ("host", "localhost:3000")
+                    ])
+                )
                 .is_ok()
         );
         assert!(
             policy
-                .check(&headers(&[
-                    ("origin", "http://[::1]:8080"),
-                    ("host", "[::1]:8080")
-                ]))
-                .is_ok()
-        );
-        assert!(policy.check(&headers(&[("host", "127.0.0.1:1")])).is_ok());
-        assert!(
-            policy
-                .check(&headers(&[
-                    ("origin", "https://app.example.com"),
-                    ("host", "localhost")
-                ]))
+                .check(
+                    &path(),
+                    &headers(&[("origin", "http://[::1]:8080"), ("host", "[::1]:8080")])
+                )
                 .is_ok()
         );
         assert!(
             policy
-                .check(&headers(&[
-                    ("origin", "http://evil.example.com"),
-                    ("host", "localhost")
-                ]))
+                .check(&path(), &headers(&[("host", "127.0.0.1:1")]))
+                .is_ok()
+        );
+        assert!(
+            policy
+                .check(
+                    &path(),
+                    &headers(&[("origin", "https://app.example.com"), ("host", "localhost")])
+                )
+                .is_ok()
+        );
+        assert!(
+            policy
+                .check(
+                    &path(),
+                    &headers(&[("origin", "http://evil.example.com"), ("host", "localhost")])
+                )
                 .is_err()
         );
         assert!(
             policy
-                .check(&headers(&[("host", "evil.example.com")]))
+                .check(&path(), &headers(&[("host", "evil.example.com")]))
                 .is_err()
+        );
+        // HTTP/2 names the host in the URI's authority, and has no `Host` header of its own.
+        let h2 = |uri: &'static str| Uri::from_static(uri);
+        assert!(
+            policy
+                .check(&h2("http://localhost:3000/mcp"), &HeaderMap::new())
+                .is_ok()
+        );
+        assert!(
+            policy
+                .check(&h2("http://evil.example.com:3000/mcp"), &HeaderMap::new())
+                .is_err()
+        );
+        assert!(
+            policy
+                .check(
+                    &h2("http://evil.example.com/mcp"),
+                    &headers(&[("host", "localhost")])
+                )
+                .is_err()
+        );
+        // The host comes after any user information in the authority.
+        assert!(
+            policy
+                .check(
+                    &h2("http://localhost@evil.example.com/mcp"),
+                    &HeaderMap::new()
+                )
+                .is_err()
+        );
+        assert!(
+            policy
+                .check(&h2("http://someone@localhost:3000/mcp"), &HeaderMap::new())
+                .is_ok()
         );
         let open = OriginPolicy::new(vec![], false);
-        assert!(open.check(&headers(&[("host", "mcp.example.com")])).is_ok());
+        assert!(
+            open.check(&path(), &headers(&[("host", "mcp.example.com")]))
+                .is_ok()
+        );
     }
 }

@@ -11,6 +11,7 @@ use futures::StreamExt;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::streams::ServerFull;
 use super::{Endpoint, sse};
@@ -55,7 +56,7 @@ pub(super) async fn streamed(
         let last = reply.map(|reply| success_bytes(&reply_id, &reply));
         let _ = frames_tx.send(Frame::Final(last)).await;
     });
-    let guard = sse::AbortOnDrop(task.abort_handle());
+    let guard = AbortOnDropHandle::new(task);
     let first = match frames_rx.recv().await {
         Some(Frame::Final(Ok(body))) => return sse::json(StatusCode::OK, body),
         Some(Frame::Final(Err(e))) => {
@@ -213,10 +214,13 @@ impl IntoResponse for WireError {
             StatusCode::from_u16(self.error.http_status()).unwrap_or(StatusCode::BAD_REQUEST)
         });
         let mut response = sse::json(status, error_bytes(self.id.as_ref(), &self.error));
-        // Every 503 says when to try again.
+        // Every 503 says when to try again; an error that passes may say so with any status.
+        let retry_after = self
+            .error
+            .retry_after_secs()
+            .or((status == StatusCode::SERVICE_UNAVAILABLE).then_some(1));
         let header = self.header.or_else(|| {
-            (status == StatusCode::SERVICE_UNAVAILABLE)
-                .then(|| (header::RETRY_AFTER, HeaderValue::from_static("1")))
+            retry_after.map(|seconds| (header::RETRY_AFTER, HeaderValue::from(seconds)))
         });
         if let Some((name, value)) = header {
             response.headers_mut().insert(name, value);

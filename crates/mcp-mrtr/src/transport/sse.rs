@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{HeaderValue, Response, StatusCode, header};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use tokio::task::AbortHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::Drain;
 use super::streams::StreamSlot;
@@ -24,16 +24,6 @@ pub fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
         HeaderValue::from_static("application/json"),
     );
     response
-}
-
-/// Aborts a task when dropped, so that closing a stream (or abandoning the request before the
-/// stream starts) cancels its handler.
-pub struct AbortOnDrop(pub AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// Frames one JSON message as an SSE event.
@@ -66,7 +56,11 @@ pub struct LongLived {
 /// An SSE response of `frames` (already framed), tied to the task behind `guard`: when the client
 /// goes away the body is dropped and the task aborted. A `long_lived` stream gets keep-alive
 /// comments and ends when the server drains or its slot is taken.
-pub fn stream<S>(frames: S, guard: AbortOnDrop, long_lived: Option<LongLived>) -> Response<Body>
+pub fn stream<S>(
+    frames: S,
+    guard: AbortOnDropHandle<()>,
+    long_lived: Option<LongLived>,
+) -> Response<Body>
 where
     S: Stream<Item = Bytes> + Send + 'static,
 {

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::PATIENCE;
+use crate::support::fixtures::FLOOD_HALF;
 use crate::support::{META_SUBSCRIPTION_ID, TestServer};
 
 #[tokio::test]
@@ -76,6 +77,46 @@ async fn listen_streams_acknowledge_then_deliver_only_the_events_they_asked_for(
     assert!(
         leaked.is_none(),
         "nothing more on the prompts stream: {leaked:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_fell_behind_is_sent_again_what_it_may_have_missed() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let mut stream = client
+        .request("subscriptions/listen")
+        .params(json!({"notifications": {
+            "promptsListChanged": true,
+            "resourceSubscriptions": ["test://static-text"],
+        }}))
+        .open_stream()
+        .await;
+    let ack = stream.expect_message(PATIENCE).await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    // Not read while the changes are announced: the stream falls behind, and the resource's
+    // update, in the middle of the flood, is among the notices it misses.
+    let reply = client.call_tool("flood_of_changes", json!({})).await;
+    assert_eq!(reply.result_type(), "complete");
+    let (mut prompt_changes, mut resource_updates) = (0, 0);
+    while let Some(message) = stream.next_message(Duration::from_secs(2)).await {
+        match message["method"].as_str() {
+            Some("notifications/prompts/list_changed") => prompt_changes += 1,
+            Some("notifications/resources/updated") => {
+                assert_eq!(message["params"]["uri"], "test://static-text");
+                resource_updates += 1;
+            }
+            other => panic!("an unexpected message: {other:?}"),
+        }
+    }
+    assert!(
+        prompt_changes < 2 * FLOOD_HALF,
+        "the stream fell behind: {prompt_changes} prompt-list changes reached it"
+    );
+    assert!(
+        resource_updates >= 1,
+        "the resource's update reached the stream after all ({prompt_changes} prompt-list \
+         changes did)"
     );
 }
 

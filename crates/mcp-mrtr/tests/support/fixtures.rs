@@ -15,6 +15,11 @@ use mcp_mrtr::registry::{NoArguments, Prompt, Registry, Resource, ResourceTempla
 use mcp_mrtr::server::{Events, ServerEvent};
 use serde_json::{Value, json};
 
+/// How many prompt-list changes `flood_of_changes` announces before, and after, its resource
+/// update: far more than a listen stream's socket, its queue of frames and the server's queue of
+/// notices hold together.
+pub const FLOOD_HALF: usize = 100_000;
+
 use super::server::Probes;
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -229,6 +234,29 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
                 async move {
                     events.notify(ServerEvent::ToolsListChanged);
                     Ok(CallToolResult::text("tools changed"))
+                }
+            },
+        )
+        .hidden(),
+    );
+
+    let flood = events.clone();
+    registry.add_tool(
+        Tool::without_arguments(
+            "flood_of_changes",
+            "Announces more prompt-list changes than a stream not reading can hold, with one \
+             update of test://static-text among them",
+            move |_| {
+                let events = flood.clone();
+                async move {
+                    for round in 0..2 * FLOOD_HALF {
+                        if round == FLOOD_HALF {
+                            events
+                                .notify(ServerEvent::ResourceUpdated("test://static-text".into()));
+                        }
+                        events.notify(ServerEvent::PromptsListChanged);
+                    }
+                    Ok(CallToolResult::text("flooded"))
                 }
             },
         )
