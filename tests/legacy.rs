@@ -325,6 +325,21 @@ async fn sessions_are_checked_and_end_with_delete() {
     assert_eq!(unknown.request("tools/list", json!({})).await.status, 404);
 
     let client = session(&server, json!({})).await;
+    // A GET or DELETE with over 64 KiB of headers gets the same JSON-RPC 431 as a POST.
+    let session_id = client.session_id.clone().expect("a session");
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let padded = reqwest::Client::new()
+            .request(method.clone(), server.url())
+            .header(SESSION_HEADER, &session_id)
+            .header("accept", "text/event-stream")
+            .header("x-padding", "p".repeat(100_000))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(padded.status().as_u16(), 431, "{method}");
+        let answer: Value = padded.json().await.expect("a JSON-RPC answer");
+        assert_eq!(answer["error"]["code"], -32600, "{method}: {answer}");
+    }
     assert_eq!(client.delete_session().await, 200);
     assert_eq!(
         client.request("tools/list", json!({})).await.status,

@@ -18,6 +18,7 @@ use support::cluster::{Replicas, SharedSettings, example_binary};
 use support::movies::{Backend, Launch, MovieServer, Session, structured};
 use support::net::{accepts_connections, free_port, random_hex, shared_redis_url};
 use support::openai::{Answer, FakeProvider};
+use support::redis::PrivateRedis;
 use support::{Client, Reply, checked_client};
 
 const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
@@ -896,6 +897,42 @@ async fn work_that_needs_a_task_when_the_server_has_no_room_now_is_told_to_call_
     let done = poll_task(get, is_terminal).await;
     assert_eq!(
         done["result"]["content"][0]["text"], "Hello, Grace! Your task is done.",
+        "{done}"
+    );
+    let _ = std::fs::remove_file(&log);
+}
+
+#[tokio::test]
+async fn a_task_running_through_a_redis_outage_finishes_once_redis_is_back() {
+    let mut redis = PrivateRedis::start();
+    let keys = moviedb_mcp::mrtr::StateSealer::generate_spec("tasks");
+    let log = std::env::temp_dir().join(format!("moviedb-tasks-fixture-{}.log", random_hex(6)));
+    let store = ["--redis-url", &redis.url(), "--redis-prefix", "outage:"];
+    let fixture = Fixture::start(&store, &keys, free_port(), log.clone());
+    let client = fixture.client();
+    let call = json!({"name": "slow_compute", "arguments": {"seconds": 8, "label": "through"}});
+    let created = fixture_task_request(&client, "tools/call", call).await;
+    assert_eq!(created.result_type(), "task", "{}", created.body_text());
+    let id = task_id(created.result());
+
+    // Redis is gone past a renewal of the task's lease (every 5 s): the renewal fails, and the
+    // task goes on.
+    redis.kill().await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    redis.restart();
+    let get = || fixture_task_request(&client, "tasks/get", json!({"taskId": id}));
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while get().await.status.as_u16() != 200 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the fixture did not reach Redis again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let done = poll_task(get, is_terminal).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Computed through in 8s",
         "{done}"
     );
     let _ = std::fs::remove_file(&log);

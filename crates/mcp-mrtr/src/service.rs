@@ -27,7 +27,7 @@ pub const MCP_PATH: &str = "/mcp";
 
 /// Beyond the shutdown grace period, how long the tasks stopped then may take to be recorded
 /// and announced.
-const WIND_DOWN_MARGIN: Duration = Duration::from_secs(5);
+const WIND_DOWN_MARGIN: Duration = Duration::from_secs(8);
 
 /// How to serve. [`Settings::default`] is a server alone on localhost with development keys.
 #[derive(Debug, Clone)]

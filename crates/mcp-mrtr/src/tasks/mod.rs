@@ -968,16 +968,23 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_tool_that_holds_up_its_thread_past_a_lease_keeps_its_task() {
+        // Work that never yields, such as a long computation, until the test has looked, past
+        // the lease and the second of leeway for clocks.
+        let looked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done_looking = looked.clone();
         let mut registry = Registry::new();
         registry.add_tool(Tool::without_arguments(
             "computes",
             "Works without yielding",
-            |ctx| async move {
-                ctx.continue_as_task()?;
-                // Work that never yields, such as a long computation, past the lease and the
-                // second of leeway for clocks.
-                std::thread::sleep(Duration::from_millis(2500));
-                Ok(CallToolResult::text("computed"))
+            move |ctx| {
+                let looked = done_looking.clone();
+                async move {
+                    ctx.continue_as_task()?;
+                    while !looked.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Ok(CallToolResult::text("computed"))
+                }
             },
         ));
         let settings = TaskSettings {
@@ -993,6 +1000,7 @@ mod tests {
             "working",
             "the lease was renewed while the tool held up its thread"
         );
+        looked.store(true, Ordering::SeqCst);
         let done = settled(&here, &id, "completed").await;
         assert_eq!(done["result"]["content"][0]["text"], "computed", "{done}");
     }

@@ -80,8 +80,10 @@ impl Tasks {
 
     async fn work(&self, id: &str, record: TaskRecord) {
         // The lease is renewed by a task of its own, so that a tool that holds up its thread
-        // for a while does not hold up the renewal too; it says when the task is no longer this
-        // replica's to run, and stops when the worker ends, however it ends.
+        // for a while does not hold up the renewal too, while another worker thread drives the
+        // runtime's timers and I/O (tokio does not promise one does: work that never yields
+        // belongs in `spawn_blocking` or `block_in_place`). It says when the task is no longer
+        // this replica's to run, and stops when the worker ends, however it ends.
         let (started, has_started) = oneshot::channel::<()>();
         let (lost, mut no_longer_ours) = oneshot::channel::<()>();
         let renewer = {

@@ -56,18 +56,8 @@ pub(super) async fn post(
             }
             WireError::refused(StatusCode::FORBIDDEN, reason)
         })?;
-    let head_bytes: usize = headers
-        .iter()
-        .map(|(name, value)| name.as_str().len() + value.len() + ": \r\n".len())
-        .sum();
-    if head_bytes > MAX_HEAD_BYTES {
-        return Err(WireError::refused(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            format!(
-                "Request headers over {} KiB ({head_bytes} bytes)",
-                MAX_HEAD_BYTES / 1024
-            ),
-        ));
+    if let Some(refusal) = head_too_large(&headers) {
+        return Err(refusal);
     }
     if !is_json(&headers) {
         return Err(WireError::refused(
@@ -95,6 +85,24 @@ pub(super) async fn post(
         return Err(refusal);
     }
     super::modern::post(&endpoint, &headers, peer, accept, incoming).await
+}
+
+/// The refusal (HTTP 431 with -32600) of a request whose `headers` (names, values and their
+/// separators) take more than [`MAX_HEAD_BYTES`].
+pub(super) fn head_too_large(headers: &HeaderMap) -> Option<WireError> {
+    let head_bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + ": \r\n".len())
+        .sum();
+    (head_bytes > MAX_HEAD_BYTES).then(|| {
+        WireError::refused(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!(
+                "Request headers over {} KiB ({head_bytes} bytes)",
+                MAX_HEAD_BYTES / 1024
+            ),
+        )
+    })
 }
 
 /// Lines about refused Origins and Hosts, which any client can send.

@@ -395,12 +395,17 @@ pub(super) async fn get(
     let watcher = endpoint.clone();
     let task = tokio::spawn(async move {
         loop {
+            // Each event, and whether the session is known to subscribe to its resource.
             let heard = match events.recv().await {
-                Ok(event) => vec![event],
-                Err(RecvError::Lagged(_)) => may_have_missed(&watcher, &session_id).await,
+                Ok(event) => vec![(event, false)],
+                Err(RecvError::Lagged(_)) => may_have_missed(&watcher, &session_id)
+                    .await
+                    .into_iter()
+                    .map(|event| (event, true))
+                    .collect(),
                 Err(RecvError::Closed) => return,
             };
-            for event in heard {
+            for (event, subscribed) in heard {
                 let message = match &event {
                     ServerEvent::ToolsListChanged => {
                         notification_bytes("notifications/tools/list_changed", &json!({}))
@@ -413,11 +418,12 @@ pub(super) async fn get(
                     }
                     ServerEvent::ResourceUpdated(uri) => {
                         // Subscriptions may have changed on any replica since the stream opened.
-                        let subscribed = read(&watcher, &session_id)
-                            .await
-                            .ok()
-                            .flatten()
-                            .is_some_and(|s| s.subscriptions.contains(uri));
+                        let subscribed = subscribed
+                            || read(&watcher, &session_id)
+                                .await
+                                .ok()
+                                .flatten()
+                                .is_some_and(|s| s.subscriptions.contains(uri));
                         if !subscribed {
                             continue;
                         }
@@ -507,6 +513,9 @@ async fn session_of(
         .origin
         .check(uri, headers)
         .map_err(|reason| WireError::refused(StatusCode::FORBIDDEN, reason))?;
+    if let Some(refusal) = super::front::head_too_large(headers) {
+        return Err(refusal);
+    }
     let principal = endpoint
         .options
         .authenticator
