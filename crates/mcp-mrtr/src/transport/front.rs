@@ -26,13 +26,6 @@ use crate::protocol::meta::is_modern_meta;
 #[cfg(not(feature = "legacy"))]
 use crate::protocol::version;
 
-/// Most bytes of request headers (names, values and their separators) `POST /mcp` accepts.
-/// A limit of its own, well below hyper's (about 400 KiB buffered: past it, a head that arrives
-/// in small pieces gets hyper's empty 431, one that arrives at once is parsed), so that heads up
-/// to hyper's limit get one answer, a JSON-RPC error, however they arrive. HTTP/2 connections
-/// take header lists up to twice this size, so that this check, not h2's, answers them.
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
-
 /// `POST /mcp`.
 pub(super) async fn post(
     State(endpoint): State<Arc<Endpoint>>,
@@ -56,7 +49,7 @@ pub(super) async fn post(
             }
             WireError::refused(StatusCode::FORBIDDEN, reason)
         })?;
-    if let Some(refusal) = head_too_large(&headers) {
+    if let Some(refusal) = WireError::head_too_large(&headers) {
         return Err(refusal);
     }
     if !is_json(&headers) {
@@ -85,24 +78,6 @@ pub(super) async fn post(
         return Err(refusal);
     }
     super::modern::post(&endpoint, &headers, peer, accept, incoming).await
-}
-
-/// The refusal (HTTP 431 with -32600) of a request whose `headers` (names, values and their
-/// separators) take more than [`MAX_HEAD_BYTES`].
-pub(super) fn head_too_large(headers: &HeaderMap) -> Option<WireError> {
-    let head_bytes: usize = headers
-        .iter()
-        .map(|(name, value)| name.as_str().len() + value.len() + ": \r\n".len())
-        .sum();
-    (head_bytes > MAX_HEAD_BYTES).then(|| {
-        WireError::refused(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            format!(
-                "Request headers over {} KiB ({head_bytes} bytes)",
-                MAX_HEAD_BYTES / 1024
-            ),
-        )
-    })
 }
 
 /// Lines about refused Origins and Hosts, which any client can send.

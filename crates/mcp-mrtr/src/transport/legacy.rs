@@ -513,7 +513,7 @@ async fn session_of(
         .origin
         .check(uri, headers)
         .map_err(|reason| WireError::refused(StatusCode::FORBIDDEN, reason))?;
-    if let Some(refusal) = super::front::head_too_large(headers) {
+    if let Some(refusal) = WireError::head_too_large(headers) {
         return Err(refusal);
     }
     let principal = endpoint

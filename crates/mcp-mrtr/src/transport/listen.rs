@@ -46,7 +46,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt as _;
 
 use super::Drain;
-use super::front::MAX_HEAD_BYTES;
+use super::MAX_HEAD_BYTES;
 use super::traffic::{Busy, RoomWatched, Tracked, Watched};
 
 /// File descriptors kept free of connections, for the stores, the database, logs and the listener.

@@ -27,7 +27,6 @@ use axum::Router;
 use axum::routing::post;
 
 pub use crate::drain::Drain;
-pub use front::MAX_HEAD_BYTES;
 pub use health::{CHECK_DEADLINE, CheckOutcome, Readiness};
 #[cfg(feature = "legacy")]
 pub use legacy::LegacyOptions;
@@ -66,6 +65,14 @@ pub struct TransportOptions {
     #[cfg(feature = "legacy")]
     pub legacy: legacy::LegacyOptions,
 }
+
+/// Most bytes of request headers (names, values and their separators) a `POST /mcp`, or a legacy
+/// session's `GET` or `DELETE`, is accepted with. A limit of its own, well below hyper's (about
+/// 400 KiB buffered: past it, a head that arrives in small pieces gets hyper's empty 431, one that
+/// arrives at once is parsed), so that heads up to hyper's limit get one answer, a JSON-RPC error,
+/// however they arrive. HTTP/2 connections take header lists up to twice this size, so that this
+/// check, not h2's, answers them.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 /// How long a request waits for a turn when [`TransportOptions::max_concurrent_requests`] are
 /// being handled, before it is answered 503.

@@ -14,7 +14,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::streams::ServerFull;
-use super::{Endpoint, sse};
+use super::{Endpoint, MAX_HEAD_BYTES, sse};
 use crate::auth::AuthError;
 use crate::mrtr::Notifier;
 use crate::protocol::jsonrpc::{error_bytes, success_bytes};
@@ -169,6 +169,24 @@ impl WireError {
     pub(super) fn busy() -> Self {
         let error = ProtocolError::internal("The server is busy; try again in a moment");
         Self::from(error).with_status(StatusCode::SERVICE_UNAVAILABLE)
+    }
+
+    /// The refusal (HTTP 431 with -32600) of a request whose `headers` (names, values and their
+    /// separators) take more than [`MAX_HEAD_BYTES`].
+    pub(super) fn head_too_large(headers: &HeaderMap) -> Option<Self> {
+        let head_bytes: usize = headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + ": \r\n".len())
+            .sum();
+        (head_bytes > MAX_HEAD_BYTES).then(|| {
+            Self::refused(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                format!(
+                    "Request headers over {} KiB ({head_bytes} bytes)",
+                    MAX_HEAD_BYTES / 1024
+                ),
+            )
+        })
     }
 
     /// HTTP 503 with `Retry-After: 5`: the server holds as many long-lived streams as it may.
