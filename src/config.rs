@@ -24,8 +24,10 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_CONTINUATION_CAPACITY", default_value_t = 100_000)]
     pub continuation_capacity: u64,
 
-    /// Most pending continuations, and apart legacy sessions, one caller holds at once: a
-    /// signed-in user, or an anonymous caller's address. Past it, the caller's own oldest go.
+    /// Most pending continuations, and apart legacy sessions and tasks, one caller holds at
+    /// once: a signed-in user, or an anonymous caller's address. Past it, the caller's own oldest
+    /// continuations and sessions go; tasks are kept until they expire, and a call that would
+    /// make one more is answered in its request.
     #[arg(long, env = "MOVIEDB_SHARE_PER_CALLER", default_value_t = 1_000)]
     pub share_per_caller: u64,
 

@@ -615,15 +615,10 @@ impl Fixture {
         Self::start(&store, state_keys, port, log)
     }
 
-    /// A fixture replica alone, keeping continuations and tasks in memory, and its log.
-    fn alone() -> (Self, PathBuf) {
-        Self::alone_with(&[])
-    }
-
-    /// A fixture replica alone started with `args`, and its log.
-    fn alone_with(args: &[&str]) -> (Self, PathBuf) {
-        let keys = moviedb_mcp::mrtr::StateSealer::generate_spec("tasks");
-        let log = std::env::temp_dir().join(format!("moviedb-tasks-fixture-{}.log", random_hex(6)));
+    /// A fixture replica on its own started with `args` (in memory unless they name a store),
+    /// and its log.
+    fn single(args: &[&str]) -> (Self, PathBuf) {
+        let (keys, log) = keys_and_log();
         (Self::start(args, &keys, free_port(), log.clone()), log)
     }
 
@@ -665,6 +660,13 @@ impl Fixture {
     }
 }
 
+/// New state keys for fixtures, and a new log file for them.
+fn keys_and_log() -> (String, PathBuf) {
+    let keys = moviedb_mcp::mrtr::StateSealer::generate_spec("tasks");
+    let log = std::env::temp_dir().join(format!("moviedb-tasks-fixture-{}.log", random_hex(6)));
+    (keys, log)
+}
+
 impl Drop for Fixture {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -684,8 +686,7 @@ async fn fixture_task_request(client: &Client, method: &str, params: Value) -> R
 #[tokio::test]
 async fn a_task_waiting_for_its_user_is_answered_on_another_replica_after_its_creator_restarted() {
     let prefix = format!("moviedb-tasks-test-{}:", random_hex(6));
-    let keys = moviedb_mcp::mrtr::StateSealer::generate_spec("tasks");
-    let log = std::env::temp_dir().join(format!("moviedb-tasks-fixture-{}.log", random_hex(6)));
+    let (keys, log) = keys_and_log();
     let port_a = free_port();
     let mut replica_a = Fixture::on_redis(&prefix, &keys, port_a, log.clone());
     let replica_b = Fixture::on_redis(&prefix, &keys, free_port(), log.clone());
@@ -739,7 +740,7 @@ async fn a_task_waiting_for_its_user_is_answered_on_another_replica_after_its_cr
 
 #[tokio::test]
 async fn an_answer_that_does_not_fit_brought_by_the_request_that_became_a_task_is_asked_again() {
-    let (fixture, log) = Fixture::alone();
+    let (fixture, log) = Fixture::single(&[]);
     let client = fixture.client();
     // The question comes in a round of the request, to a client that does not take tasks yet.
     let call = json!({"name": "confirm_delete", "arguments": {"filename": "plan.txt"}});
@@ -812,7 +813,7 @@ async fn answered_greeting(client: &Client, name: &str) -> Value {
 
 #[tokio::test]
 async fn work_that_needs_a_task_when_none_can_be_kept_is_refused_and_its_state_still_works() {
-    let (fixture, log) = Fixture::alone();
+    let (fixture, log) = Fixture::single(&[]);
     let client = fixture.client();
 
     // A tool that asks its user first, then can only go on as a task.
@@ -848,9 +849,59 @@ async fn work_that_needs_a_task_when_none_can_be_kept_is_refused_and_its_state_s
 }
 
 #[tokio::test]
+async fn a_caller_at_its_share_of_tasks_is_answered_in_its_request_or_told_when_room_comes() {
+    let (fixture, log) = Fixture::single(&["--share-per-caller", "1"]);
+    let client = fixture.client();
+    let call = json!({"name": "slow_compute", "arguments": {"seconds": 120, "label": "long"}});
+    let created = fixture_task_request(&client, "tools/call", call).await;
+    assert_eq!(created.result_type(), "task", "{}", created.body_text());
+    let long = task_id(created.result());
+
+    // A call that may become a task is answered in its request instead.
+    let call = json!({"name": "slow_compute", "arguments": {"seconds": 1, "label": "short"}});
+    let answered = fixture_task_request(&client, "tools/call", call).await;
+    assert_eq!(
+        answered.result_type(),
+        "complete",
+        "{}",
+        answered.body_text()
+    );
+    assert_eq!(
+        answered.result()["content"][0]["text"],
+        "Computed short in 1s"
+    );
+
+    // Work that can only run as a task is refused, and told when the caller's task expires
+    // (an hour after its creation).
+    let call = json!({"name": "failing_job", "arguments": {}});
+    let refused = fixture_task_request(&client, "tools/call", call).await;
+    refused.assert_error(429, -32603);
+    assert_eq!(
+        refused.error_message(),
+        "No task can be kept for this call now (the caller holds its share of tasks): call \
+         again later"
+    );
+    let retry_after: u64 = refused
+        .header("retry-after")
+        .and_then(|seconds| seconds.parse().ok())
+        .expect("a Retry-After in seconds");
+    assert!(
+        (3_300..=3_600).contains(&retry_after),
+        "room comes when the first task expires: {retry_after} s"
+    );
+
+    // The task the caller holds was kept.
+    let get = fixture_task_request(&client, "tasks/get", json!({"taskId": long})).await;
+    assert_eq!(get.result()["status"], "working", "{}", get.body_text());
+    let cancelled = fixture_task_request(&client, "tasks/cancel", json!({"taskId": long})).await;
+    assert_acknowledged(&cancelled);
+    let _ = std::fs::remove_file(&log);
+}
+
+#[tokio::test]
 async fn work_that_needs_a_task_when_the_server_has_no_room_now_is_told_to_call_again() {
     // One task runs at once, four are held: four slow computations take every place.
-    let (fixture, log) = Fixture::alone_with(&["--task-max-running", "1"]);
+    let (fixture, log) = Fixture::single(&["--task-max-running", "1"]);
     let client = fixture.client();
     let mut slow = Vec::new();
     for label in ["a", "b", "c", "d"] {
@@ -905,10 +956,8 @@ async fn work_that_needs_a_task_when_the_server_has_no_room_now_is_told_to_call_
 #[tokio::test]
 async fn a_task_running_through_a_redis_outage_finishes_once_redis_is_back() {
     let mut redis = PrivateRedis::start();
-    let keys = moviedb_mcp::mrtr::StateSealer::generate_spec("tasks");
-    let log = std::env::temp_dir().join(format!("moviedb-tasks-fixture-{}.log", random_hex(6)));
-    let store = ["--redis-url", &redis.url(), "--redis-prefix", "outage:"];
-    let fixture = Fixture::start(&store, &keys, free_port(), log.clone());
+    let url = redis.url();
+    let (fixture, log) = Fixture::single(&["--redis-url", &url, "--redis-prefix", "outage:"]);
     let client = fixture.client();
     let call = json!({"name": "slow_compute", "arguments": {"seconds": 8, "label": "through"}});
     let created = fixture_task_request(&client, "tools/call", call).await;
@@ -1072,8 +1121,7 @@ async fn a_legacy_session_gets_no_tasks_whatever_it_declares() {
 #[tokio::test]
 async fn an_answer_that_does_not_fit_its_question_is_refused_and_the_task_waits_for_a_good_one() {
     let prefix = format!("moviedb-tasks-test-{}:", random_hex(6));
-    let keys = moviedb_mcp::mrtr::StateSealer::generate_spec("tasks");
-    let log = std::env::temp_dir().join(format!("moviedb-tasks-fixture-{}.log", random_hex(6)));
+    let (keys, log) = keys_and_log();
     let fixture = Fixture::on_redis(&prefix, &keys, free_port(), log.clone());
     let client = fixture.client();
     let created = fixture_task_request(

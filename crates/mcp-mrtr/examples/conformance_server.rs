@@ -51,6 +51,11 @@ struct Cli {
     #[arg(long, default_value_t = TaskSettings::default().max_running as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     task_max_running: u64,
+
+    /// Most continuations, and apart legacy sessions and tasks, one caller holds at once.
+    #[arg(long, default_value_t = Settings::default().share_per_owner,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    share_per_caller: u64,
 }
 
 impl Cli {
@@ -68,6 +73,7 @@ impl Cli {
                 max_running: usize::try_from(self.task_max_running).unwrap_or(usize::MAX),
                 ..TaskSettings::default()
             },
+            share_per_owner: self.share_per_caller,
             ..Settings::default()
         }
     }

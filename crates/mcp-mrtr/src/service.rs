@@ -44,7 +44,9 @@ pub struct Settings {
     pub memory_capacity: u64,
     /// Most continuations (and, apart, sessions and tasks) one owner holds at once, in memory or
     /// in Redis: a signed-in principal, or an anonymous caller's address. Past it, the owner's
-    /// own oldest go.
+    /// own oldest continuations and sessions go; tasks are kept until they expire, and a call
+    /// that would make one more goes on in its request (work that can only run as a task is
+    /// refused with HTTP 429, told when the owner's first task expires).
     pub share_per_owner: u64,
     /// The shared store of replicas; in memory when `None`.
     pub redis: Option<RedisStoreConfig>,

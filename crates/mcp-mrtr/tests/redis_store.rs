@@ -254,7 +254,7 @@ async fn task_records_change_only_from_the_version_read_and_expire_on_their_own(
     let second = RedisStore::connect(config, 10).await.expect("Redis");
     let alice = Owner::new("alice");
     let created = first.create(&alice, "t1", b"created".to_vec(), Duration::from_secs(60));
-    assert!(created.await.expect("create"), "Redis has room");
+    assert_eq!(created.await.expect("create"), Ok(()), "Redis has room");
     let read = second
         .read("t1")
         .await
@@ -275,7 +275,7 @@ async fn task_records_change_only_from_the_version_read_and_expire_on_their_own(
     assert_eq!(now.record, winner);
 
     let created = first.create(&alice, "short", b"x".to_vec(), Duration::from_millis(300));
-    assert!(created.await.expect("create"), "Redis has room");
+    assert_eq!(created.await.expect("create"), Ok(()), "Redis has room");
     assert!(
         first
             .replace("short", 1, b"y".to_vec())
@@ -295,20 +295,30 @@ async fn task_records_change_only_from_the_version_read_and_expire_on_their_own(
 
 #[tokio::test]
 async fn an_owner_at_its_share_of_tasks_gets_no_new_one_and_loses_none_in_redis() {
-    use mcp_mrtr::store::{Owner, TaskStore};
+    use mcp_mrtr::store::{NoRoom, Owner, TaskStore};
     let (store, _) = store_of_ten("mcp-task-share-test").await;
     let (alice, bob) = (Owner::new("alice"), Owner::new("bob"));
     let ttl = Duration::from_secs(60);
     for number in 0..10 {
         let id = format!("a{number}");
         let created = store.create(&alice, &id, b"a".to_vec(), ttl);
-        assert!(
+        assert_eq!(
             created.await.expect("create"),
+            Ok(()),
             "task {number} is within the share"
         );
     }
     let refused = store.create(&alice, "a10", b"a".to_vec(), ttl).await;
-    assert!(!refused.expect("create"), "alice holds her share");
+    let Ok(Err(NoRoom::Share {
+        frees_in: Some(frees_in),
+    })) = refused
+    else {
+        panic!("alice holds her share: {refused:?}");
+    };
+    assert!(
+        frees_in <= ttl && frees_in > ttl - Duration::from_secs(30),
+        "told when her first task expires: {frees_in:?}"
+    );
     assert_eq!(
         store.read("a10").await.expect("read"),
         None,
@@ -319,24 +329,25 @@ async fn an_owner_at_its_share_of_tasks_gets_no_new_one_and_loses_none_in_redis(
         "her oldest is kept"
     );
     let created = store.create(&bob, "b0", b"b".to_vec(), ttl).await;
-    assert!(created.expect("create"), "bob has a share of his own");
+    assert_eq!(
+        created.expect("create"),
+        Ok(()),
+        "bob has a share of his own"
+    );
 
     // Tasks that expired leave room.
     let short = Duration::from_millis(200);
     let carol = Owner::new("carol");
     for number in 0..10 {
         let id = format!("c{number}");
-        assert!(
-            store
-                .create(&carol, &id, vec![], short)
-                .await
-                .expect("create")
-        );
+        let created = store.create(&carol, &id, vec![], short).await;
+        assert_eq!(created.expect("create"), Ok(()));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let created = store.create(&carol, "c10", vec![], ttl).await;
-    assert!(
+    assert_eq!(
         created.expect("create"),
+        Ok(()),
         "her expired tasks no longer count"
     );
 }
@@ -348,7 +359,7 @@ async fn a_task_record_whose_index_entry_cannot_be_written_is_not_left_behind() 
     let alice = Owner::new("alice");
     let ttl = Duration::from_secs(60);
     let created = store.create(&alice, "first", b"created".to_vec(), ttl);
-    assert!(created.await.expect("create"), "Redis has room");
+    assert_eq!(created.await.expect("create"), Ok(()), "Redis has room");
 
     // Alice's index of tasks turns into a plain string (an operator's mistake, a key clash):
     // Redis now refuses to add to it, a real failure half-way through the creation.
@@ -389,4 +400,55 @@ async fn a_task_record_whose_index_entry_cannot_be_written_is_not_left_behind() 
         .query_async(&mut redis)
         .await
         .expect("clean up");
+}
+
+#[tokio::test]
+async fn a_redis_out_of_memory_has_no_room_for_a_task_and_keeps_nothing_of_it() {
+    use mcp_mrtr::store::{NoRoom, Owner, RedisStore, RedisStoreConfig, TaskStore};
+    let redis = PrivateRedis::start();
+    let config = RedisStoreConfig {
+        url: redis.url(),
+        prefix: "oom:".into(),
+        timeout: Duration::from_secs(2),
+        cluster: false,
+    };
+    let store = RedisStore::connect(config, 10).await.expect("Redis");
+    let alice = Owner::new("alice");
+    let ttl = Duration::from_secs(60);
+    let created = store.create(&alice, "before", b"kept".to_vec(), ttl).await;
+    assert_eq!(created.expect("create"), Ok(()), "Redis has room");
+
+    // Redis may use no more memory, and evicts nothing (its default policy).
+    let set_maxmemory = |bytes: &str| {
+        let mut cli = support::redis::redis_cli();
+        cli.args(["-u", &redis.url(), "CONFIG", "SET", "maxmemory", bytes]);
+        let output = support::redis::cli_output(&mut cli);
+        assert!(output.status.success(), "CONFIG SET maxmemory {bytes}");
+    };
+    set_maxmemory("1");
+    let refused = store.create(&alice, "during", b"lost".to_vec(), ttl).await;
+    assert_eq!(
+        refused.expect("no room is not a failure"),
+        Err(NoRoom::Store { frees_in: None })
+    );
+    let read = store.read("before").await.expect("reads still work");
+    assert_eq!(read.map(|kept| kept.record), Some(b"kept".to_vec()));
+
+    set_maxmemory("0");
+    assert_eq!(
+        store.read("during").await.expect("read"),
+        None,
+        "nothing kept"
+    );
+    // Nor a place in alice's share: nine more fit beside "before".
+    for number in 0..9 {
+        let id = format!("after{number}");
+        let created = store.create(&alice, &id, vec![], ttl).await;
+        assert_eq!(created.expect("create"), Ok(()), "task {number} fits");
+    }
+    let full = store.create(&alice, "one-too-many", vec![], ttl).await;
+    assert!(
+        matches!(full, Ok(Err(NoRoom::Share { .. }))),
+        "then her share is full: {full:?}"
+    );
 }

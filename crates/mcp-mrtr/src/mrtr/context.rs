@@ -18,9 +18,11 @@ use crate::protocol::input::{
 };
 use crate::protocol::version::TASKS_EXTENSION;
 use crate::protocol::{ClientCapabilities, LogLevel, ProtocolError, RequestMeta};
+use crate::store::NoRoom;
 
 /// Why no task was kept for a call that would have become one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Unkept {
     /// The call is too large to keep as a task: it never will be.
     TooLarge,
@@ -29,32 +31,53 @@ pub enum Unkept {
     Busy(&'static str),
     /// The task store has no room for the caller's task (it is full, or the caller holds its
     /// share): room comes as tasks expire.
-    Full,
+    NoRoom(NoRoom),
 }
 
-/// How long a call refused for want of room in the task store is told to wait.
-const FULL_RETRY_AFTER_SECS: u32 = 60;
+/// How long a call refused for want of room in the task store is told to wait when the store
+/// cannot tell when room comes.
+const NO_ROOM_RETRY_AFTER_SECS: u32 = 60;
 
 impl Unkept {
-    /// The refusal of work that can only run as a task: -32603, with HTTP 503 and a
-    /// `Retry-After` when room may come.
+    /// Why, in a few words, for the log and the caller.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::TooLarge => "it is too large to keep as a task",
+            Self::Busy(why) => why,
+            Self::NoRoom(NoRoom::Share { .. }) => "the caller holds its share of tasks",
+            Self::NoRoom(_) => "the task store is full",
+        }
+    }
+
+    /// The refusal of work that can only run as a task: -32603 with HTTP 503 and a
+    /// `Retry-After` when room may come (HTTP 429 when the caller holds its share; it is told
+    /// when the first of its tasks expires, when the store knows), HTTP 500 when it never will.
     pub(crate) fn refusal(self) -> ProtocolError {
-        let (why, retry_after) = match self {
+        let (status, retry_after) = match self {
             Self::TooLarge => {
-                return ProtocolError::internal(
-                    "No task can be kept for this call: it is too large to keep as a task",
-                );
+                return ProtocolError::internal(format!(
+                    "No task can be kept for this call: {}",
+                    self.reason()
+                ));
             }
-            Self::Busy(why) => (why, 1),
-            Self::Full => (
-                "the task store is full, or the caller holds its share of tasks",
-                FULL_RETRY_AFTER_SECS,
-            ),
+            Self::Busy(_) => (503, 1),
+            Self::NoRoom(no_room) => {
+                let (status, frees_in) = match no_room {
+                    NoRoom::Share { frees_in } => (429, frees_in),
+                    NoRoom::Store { frees_in } => (503, frees_in),
+                };
+                let seconds = frees_in.map_or(NO_ROOM_RETRY_AFTER_SECS, |wait| {
+                    let whole = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+                    u32::try_from(whole).unwrap_or(u32::MAX).max(1)
+                });
+                (status, seconds)
+            }
         };
         ProtocolError::internal(format!(
-            "No task can be kept for this call now ({why}): call again later"
+            "No task can be kept for this call now ({}): call again later",
+            self.reason()
         ))
-        .with_status(503)
+        .with_status(status)
         .retry_after(retry_after)
     }
 }
@@ -170,7 +193,8 @@ impl RequestContext {
     /// a client that cannot take one gets -32021 naming the Tasks extension, and so does every
     /// client when the handler is a prompt's or a resource's (see [`TaskMode::Unavailable`]);
     /// when no task can be kept for the call, -32603 says why: with HTTP 503 and `Retry-After`
-    /// when there is no room now, HTTP 500 when the call is too large to keep as a task.
+    /// when there is no room now (HTTP 429 when the caller holds its share of tasks), HTTP 500
+    /// when the call is too large to keep as a task.
     pub fn require_task(&self) -> Result<(), HandlerError> {
         match self.inner.tasks {
             TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new(true))),

@@ -282,14 +282,14 @@ impl Engine {
     }
 
     /// Runs `handler` again, in the request whose round asked to continue as a task, when no
-    /// task can be kept for it (for the reason `why`): the
-    /// handler finds the answers and remembered work of that round's `seed`, is offered no task,
-    /// and its call goes on in the request as it would for a client without the Tasks
-    /// extension. `call` is the request's, with the seed's principal, owner and meta. A handler
-    /// that asked with [`RequestContext::require_task`] is not run again: the call fails with
-    /// -32603 saying why (with HTTP 503 when room may come later). Either way the continuation the request's retry took is put back when
-    /// the call fails for a reason that can be mended (no room now, or an answer refused), so
-    /// the same `requestState` works again.
+    /// task can be kept for it (for the reason `why`): the handler finds the answers and
+    /// remembered work of that round's `seed`, is offered no task, and its call goes on in the
+    /// request as it would for a client without the Tasks extension. `call` is the request's,
+    /// with the seed's principal, owner and meta. A handler that asked with
+    /// [`RequestContext::require_task`] is not run again: the call fails with -32603 saying why
+    /// (with HTTP 503, or 429 for a caller at its share, when room may come later). Either way the continuation the request's retry
+    /// took is put back when the call fails for a reason that can be mended (no room now, or an
+    /// answer refused), so the same `requestState` works again.
     pub async fn continue_untasked<T, F, Fut>(
         &self,
         call: Call<'_>,
@@ -715,8 +715,11 @@ mod tests {
     use super::*;
     use crate::protocol::ClientCapabilities;
     use crate::protocol::input::Elicitation;
-    use crate::store::MemoryStore;
+    use crate::store::{MemoryStore, NoRoom};
     use serde_json::json;
+
+    /// No task kept, as a full store that cannot tell when room comes refuses one.
+    const STORE_FULL: Unkept = Unkept::NoRoom(NoRoom::Store { frees_in: None });
 
     /// A `tools/call` of tool `t` by an anonymous caller who can show forms.
     fn call<'a>(arguments: &'a Value, params: &'a Map<String, Value>) -> Call<'a> {
@@ -815,8 +818,24 @@ mod tests {
                 STORE_FULL,
                 503,
                 Some(60),
-                "No task can be kept for this call now (the task store is full, or the caller \
-                 holds its share of tasks): call again later",
+                "No task can be kept for this call now (the task store is full): call again later",
+            ),
+            (
+                Unkept::NoRoom(NoRoom::Store {
+                    frees_in: Some(Duration::from_millis(2_500)),
+                }),
+                503,
+                Some(3),
+                "No task can be kept for this call now (the task store is full): call again later",
+            ),
+            (
+                Unkept::NoRoom(NoRoom::Share {
+                    frees_in: Some(Duration::from_secs(1_800)),
+                }),
+                429,
+                Some(1_800),
+                "No task can be kept for this call now (the caller holds its share of tasks): \
+                 call again later",
             ),
             (
                 Unkept::Busy("shutting down"),
@@ -848,9 +867,6 @@ mod tests {
             assert_eq!(error.to_json()["message"], message);
         }
     }
-
-    /// No task kept for a reason that passes.
-    const STORE_FULL: Unkept = Unkept::Full;
 
     /// Where a test handler asks its one question, `go`, and what it does about tasks.
     #[derive(Clone, Copy)]

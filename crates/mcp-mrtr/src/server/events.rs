@@ -402,6 +402,47 @@ impl Subscription {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn published_waits_for_the_relay_but_no_longer_than_asked() {
+        let events = Events::new();
+        // A relay that publishes only when the test says so.
+        let (outbox, mut relay) = mpsc::channel(OUTBOX_CAPACITY);
+        assert!(events.shared.outbox.set(outbox).is_ok(), "no relay yet");
+        let at_once = Duration::from_secs(10);
+        let never = Duration::from_secs(3600);
+
+        tokio::time::timeout(at_once, events.published(never))
+            .await
+            .expect("nothing handed to the relay: no wait");
+
+        events.notify(ServerEvent::TaskChanged("t1".into()));
+        let waiting = {
+            let events = events.clone();
+            tokio::spawn(async move { events.published(never).await })
+        };
+        tokio::time::sleep(PUBLISHED_CHECK * 5).await;
+        assert!(
+            !waiting.is_finished(),
+            "waits while the event is unpublished"
+        );
+        assert_eq!(
+            relay.recv().await,
+            Some(ServerEvent::TaskChanged("t1".into()))
+        );
+        events.shared.unpublished.fetch_sub(1, Ordering::AcqRel);
+        tokio::time::timeout(at_once, waiting)
+            .await
+            .expect("done once the relay published")
+            .expect("the wait ends well");
+
+        // A relay that never publishes is waited for only as long as asked.
+        events.notify(ServerEvent::TaskChanged("t2".into()));
+        tokio::time::timeout(at_once, events.published(PUBLISHED_CHECK * 3))
+            .await
+            .expect("gives up after its limit");
+        assert_eq!(events.shared.unpublished.load(Ordering::Acquire), 1);
+    }
+
     #[test]
     fn every_event_survives_the_wire_form() {
         for event in [

@@ -23,7 +23,7 @@ pub use redis_connection::{
 };
 pub use redis_events::{RedisEventRelay, RelayPublisher};
 pub use redis_live::DEFAULT_SWEEP_EVERY;
-pub use tasks::{MemoryTaskStore, TaskStore, Versioned};
+pub use tasks::{MemoryTaskStore, NoRoom, TaskStore, Versioned};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -25,8 +25,9 @@ use tokio::sync::watch;
 
 use super::redis_connection::{RedisConnection, RedisStoreConfig, connect, query};
 use super::redis_live::{DEFAULT_SWEEP_EVERY, LiveIndex, sweep_forever};
-use super::tasks::{TaskStore, Versioned};
+use super::tasks::{NoRoom, TaskStore, Versioned};
 use super::{ContinuationId, ContinuationStore, Owner, SessionStore, StoreError};
+use crate::log_budget::LogBudget;
 use crate::observe::{self, Held};
 
 /// The Lua that records `member` in the owner's index `index` with a deadline `ARGV[2]` ms from
@@ -80,15 +81,20 @@ fn put_script() -> redis::Script {
     redis::Script::new(&index_within_share("KEYS[2]", "KEYS[1]", put, evict))
 }
 
+/// Lines about Redis refusing writes for want of memory.
+static OUT_OF_MEMORY: LogBudget = LogBudget::new();
+
 /// Records task `ARGV[1]` in its owner's index `KEYS[1]` for `ARGV[2]` ms and returns 1, unless
-/// the owner already holds its share `ARGV[3]` of tasks not yet expired: then 0, and nothing
-/// changes. A task is a promise to its client, so none is evicted to make room.
+/// the owner already holds its share `ARGV[3]` of tasks not yet expired: then, with nothing
+/// changed, minus the milliseconds until the first of them expires (at least one). A task is a
+/// promise to its client, so none is evicted to make room.
 const ADMIT_TASK: &str = r"
 local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
-  return 0
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return -math.max(1, math.ceil((tonumber(first[2]) - now) / 1000))
 end
 redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[2]) * 1000), ARGV[1])
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
@@ -316,6 +322,34 @@ impl RedisStore {
             .await
     }
 
+    /// Like [`invoke`](Self::invoke), but `None` when Redis refuses the script for want of
+    /// memory (past its `maxmemory`, with nothing it may evict): `OOM`, or on Redis 6 an `ERR`
+    /// that wraps it. Said in the log, as the continuations' and sessions' writes fail too.
+    async fn invoke_within_memory<T: redis::FromRedisValue>(
+        &self,
+        invocation: redis::ScriptInvocation<'_>,
+    ) -> Result<Option<T>, StoreError> {
+        let mut connection = self.connection.clone();
+        let invoking = async move {
+            match invocation.invoke_async(&mut connection).await {
+                Err(error)
+                    if error.code() == Some("OOM")
+                        || error.to_string().contains("OOM command not allowed") =>
+                {
+                    if let Some(held_back) = OUT_OF_MEMORY.take() {
+                        tracing::warn!(
+                            held_back,
+                            "Redis refused a write for want of memory (past its maxmemory): {error}"
+                        );
+                    }
+                    Ok(None)
+                }
+                outcome => outcome.map(Some),
+            }
+        };
+        self.connection.bounded(self.timeout, invoking).await
+    }
+
     /// The key of the continuation whose id is `hex`.
     fn key(&self, hex: &str) -> String {
         format!("{}{hex}", self.prefix)
@@ -424,15 +458,22 @@ impl TaskStore for RedisStore {
         id: &str,
         record: Vec<u8>,
         ttl: Duration,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Result<(), NoRoom>, StoreError> {
         let key = self.task_key(id);
         let owner_key = self.owner_key("tasks", owner);
         // Admitted first, then written: the index and the record may live on different nodes.
         let mut admitting = self.admit_task.key(&owner_key);
         admitting.arg(&key).arg(ttl_millis(ttl)).arg(self.share);
+        // The script's first write cannot be refused for want of memory (it only removes), and
+        // Redis lets a script that has written go on: its `ZADD` is never refused so.
         match self.invoke::<i64>(admitting).await {
-            Ok(0) => return Ok(false),
-            Ok(_) => {}
+            Ok(1) => {}
+            // Minus the milliseconds until the owner's first task expires (never 0, which would
+            // be taken as a wait not known).
+            Ok(wait) => {
+                let frees_in = (wait < 0).then(|| Duration::from_millis(wait.unsigned_abs()));
+                return Ok(Err(NoRoom::Share { frees_in }));
+            }
             Err(error) => {
                 // The script may have run though Redis did not say so: its place in the share
                 // goes, rather than count for the task's whole time to live.
@@ -443,17 +484,22 @@ impl TaskStore for RedisStore {
         }
         let mut creating = self.create_task.key(&key);
         creating.arg(record).arg(ttl_millis(ttl));
-        if let Err(error) = self.invoke::<i64>(creating).await {
+        // Its `HSET` is its first write, so a Redis out of memory refuses it before anything is
+        // written; the index entry the admission made goes below.
+        let created = self.invoke_within_memory::<i64>(creating).await;
+        if !matches!(created, Ok(Some(_))) {
             // The record may be written though Redis did not say so: no one will hear of this
             // task, so it goes, and its place in the share with it, rather than wait out its
             // time to live.
             let deleting = redis::cmd("DEL").arg(&key).clone();
             let unlisting = redis::cmd("ZREM").arg(&owner_key).arg(&key).clone();
             let _ = tokio::join!(self.run::<()>(&deleting), self.run::<()>(&unlisting));
-            return Err(error);
         }
-        // Redis keeps what fits in its memory; the owner's share bounds each caller's records.
-        Ok(true)
+        match created {
+            Ok(Some(_)) => Ok(Ok(())),
+            Ok(None) => Ok(Err(NoRoom::Store { frees_in: None })),
+            Err(error) => Err(error),
+        }
     }
 
     async fn read(&self, id: &str) -> Result<Option<Versioned>, StoreError> {

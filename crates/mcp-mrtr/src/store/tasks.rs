@@ -5,7 +5,7 @@
 //! cancels it) never overwrite each other: the loser reads again and decides afresh. Records
 //! expire on their own at the deadline they were created with.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -22,20 +22,39 @@ pub struct Versioned {
     pub record: Vec<u8>,
 }
 
+/// Why a store keeps no new record. A task is a promise to its client, so none is evicted to
+/// make room: room comes as records expire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NoRoom {
+    /// The store holds all it may (its capacity, or the memory Redis may use); `frees_in`, when
+    /// known, is when its first record expires.
+    Store {
+        /// How long until the store's first record expires, when the store can tell.
+        frees_in: Option<Duration>,
+    },
+    /// The owner holds its share of records not yet expired; `frees_in`, when known, is when the
+    /// first of them expires.
+    Share {
+        /// How long until the owner's first record expires, when the store can tell.
+        frees_in: Option<Duration>,
+    },
+}
+
 /// Where task records live (see the module docs).
 #[async_trait]
 pub trait TaskStore: Send + Sync + 'static {
     /// Stores a new record under `id` for `ttl`, counted against `owner`'s share. Durable when it
-    /// returns `true`: any replica's [`read`](Self::read) finds it. `false`, and nothing stored,
-    /// when the store has no room for another record or the owner holds its share of records
-    /// not yet expired: a task is a promise to its client, so none is evicted to make room.
+    /// returns `Ok(Ok(()))`: any replica's [`read`](Self::read) finds it. [`NoRoom`], and nothing
+    /// stored, when the store has no room for another record or the owner holds its share of
+    /// records not yet expired.
     async fn create(
         &self,
         owner: &Owner,
         id: &str,
         record: Vec<u8>,
         ttl: Duration,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<Result<(), NoRoom>, StoreError>;
 
     /// The record under `id`; `None` if there is none or it expired.
     async fn read(&self, id: &str) -> Result<Option<Versioned>, StoreError>;
@@ -57,7 +76,8 @@ pub struct MemoryTaskStore {
 #[derive(Default)]
 struct Records {
     by_id: HashMap<String, Record>,
-    per_owner: HashMap<Owner, usize>,
+    /// Each owner's records, by deadline as in `by_deadline`.
+    per_owner: HashMap<Owner, BTreeSet<(Instant, u64)>>,
     /// Every record's id by its deadline (and a number telling records of one deadline apart).
     by_deadline: BTreeMap<(Instant, u64), String>,
     next_number: u64,
@@ -98,7 +118,17 @@ impl Records {
     }
 
     fn held_by(&self, owner: &Owner) -> usize {
-        self.per_owner.get(owner).copied().unwrap_or(0)
+        self.per_owner.get(owner).map_or(0, BTreeSet::len)
+    }
+
+    /// How long until the first of `deadlines` passes.
+    fn first_after<'d>(
+        mut deadlines: impl Iterator<Item = &'d (Instant, u64)>,
+        now: Instant,
+    ) -> Option<Duration> {
+        deadlines
+            .next()
+            .map(|(deadline, _)| deadline.saturating_duration_since(now))
     }
 
     fn insert(&mut self, id: &str, owner: &Owner, stored: Versioned, deadline: Instant) {
@@ -113,7 +143,10 @@ impl Records {
             number,
         };
         self.by_id.insert(id.to_owned(), record);
-        *self.per_owner.entry(owner.clone()).or_default() += 1;
+        self.per_owner
+            .entry(owner.clone())
+            .or_default()
+            .insert((deadline, number));
     }
 
     fn remove(&mut self, id: &str) {
@@ -121,9 +154,9 @@ impl Records {
             return;
         };
         self.by_deadline.remove(&(record.deadline, record.number));
-        if let Some(count) = self.per_owner.get_mut(&record.owner) {
-            *count -= 1;
-            if *count == 0 {
+        if let Some(held) = self.per_owner.get_mut(&record.owner) {
+            held.remove(&(record.deadline, record.number));
+            if held.is_empty() {
                 self.per_owner.remove(&record.owner);
             }
         }
@@ -147,15 +180,21 @@ impl TaskStore for MemoryTaskStore {
         id: &str,
         record: Vec<u8>,
         ttl: Duration,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Result<(), NoRoom>, StoreError> {
         let now = Instant::now();
         let mut records = self.lock();
         records.drop_expired(now);
-        if records.by_id.len() >= self.capacity || records.held_by(owner) >= self.share {
-            return Ok(false);
+        if records.held_by(owner) >= self.share {
+            let held = records.per_owner.get(owner).into_iter().flatten();
+            let frees_in = Records::first_after(held, now);
+            return Ok(Err(NoRoom::Share { frees_in }));
+        }
+        if records.by_id.len() >= self.capacity {
+            let frees_in = Records::first_after(records.by_deadline.keys(), now);
+            return Ok(Err(NoRoom::Store { frees_in }));
         }
         records.insert(id, owner, Versioned { version: 1, record }, now + ttl);
-        Ok(true)
+        Ok(Ok(()))
     }
 
     async fn read(&self, id: &str) -> Result<Option<Versioned>, StoreError> {
@@ -190,7 +229,7 @@ mod tests {
         let store = MemoryTaskStore::new(10, 10);
         let alice = Owner::new("alice");
         let created = store.create(&alice, "t", b"one".to_vec(), Duration::from_secs(60));
-        assert!(created.await.unwrap());
+        assert_eq!(created.await.unwrap(), Ok(()));
         assert!(store.replace("t", 1, b"two".to_vec()).await.unwrap());
         assert!(!store.replace("t", 1, b"late".to_vec()).await.unwrap());
         let read = store.read("t").await.unwrap().unwrap();
@@ -202,7 +241,7 @@ mod tests {
         let store = MemoryTaskStore::new(10, 10);
         let alice = Owner::new("alice");
         let created = store.create(&alice, "a", b"x".to_vec(), Duration::from_millis(20));
-        assert!(created.await.unwrap());
+        assert_eq!(created.await.unwrap(), Ok(()));
         tokio::time::sleep(Duration::from_millis(40)).await;
         assert_eq!(store.read("a").await.unwrap(), None);
         assert!(!store.replace("a", 1, b"z".to_vec()).await.unwrap());
@@ -213,13 +252,35 @@ mod tests {
         let store = MemoryTaskStore::new(10, 2);
         let (alice, bob) = (Owner::new("alice"), Owner::new("bob"));
         let hour = Duration::from_secs(3600);
+        // The store's first record to expire is somebody else's.
+        let carol = Owner::new("carol");
+        let created = store.create(&carol, "c1", vec![], Duration::from_secs(5));
+        assert_eq!(created.await.unwrap(), Ok(()));
         for id in ["a1", "a2"] {
-            assert!(store.create(&alice, id, b"a".to_vec(), hour).await.unwrap());
+            assert_eq!(
+                store.create(&alice, id, b"a".to_vec(), hour).await.unwrap(),
+                Ok(())
+            );
         }
-        let refused = store.create(&alice, "a3", b"a".to_vec(), hour).await;
-        assert_eq!(refused.ok(), Some(false), "alice is at her share");
+        let refused = store
+            .create(&alice, "a3", b"a".to_vec(), hour)
+            .await
+            .unwrap();
+        let Err(NoRoom::Share {
+            frees_in: Some(frees_in),
+        }) = refused
+        else {
+            panic!("alice is at her share: {refused:?}");
+        };
+        assert!(
+            frees_in <= hour && frees_in > hour - Duration::from_secs(60),
+            "her first task expires in about an hour: {frees_in:?}"
+        );
         assert_eq!(store.read("a3").await.unwrap(), None, "nothing stored");
-        assert!(store.create(&bob, "b1", b"b".to_vec(), hour).await.unwrap());
+        assert_eq!(
+            store.create(&bob, "b1", b"b".to_vec(), hour).await.unwrap(),
+            Ok(())
+        );
         for kept in ["a1", "a2", "b1"] {
             assert!(store.read(kept).await.unwrap().is_some(), "{kept} is kept");
         }
@@ -227,21 +288,36 @@ mod tests {
         // Once one of hers has expired, there is room again.
         let short = Duration::from_millis(20);
         let store = MemoryTaskStore::new(10, 1);
-        assert!(store.create(&alice, "s1", vec![], short).await.unwrap());
+        assert_eq!(
+            store.create(&alice, "s1", vec![], short).await.unwrap(),
+            Ok(())
+        );
         tokio::time::sleep(Duration::from_millis(40)).await;
-        assert!(store.create(&alice, "s2", vec![], hour).await.unwrap());
+        assert_eq!(
+            store.create(&alice, "s2", vec![], hour).await.unwrap(),
+            Ok(())
+        );
     }
 
     #[tokio::test]
     async fn a_full_store_refuses_new_records() {
         let store = MemoryTaskStore::new(2, 2);
-        let hour = Duration::from_secs(3600);
-        for (owner, id) in [("a", "1"), ("b", "2")] {
+        let (hour, minute) = (Duration::from_secs(3600), Duration::from_secs(60));
+        for (owner, id, ttl) in [("a", "1", hour), ("b", "2", minute)] {
             let owner = Owner::new(owner);
-            assert!(store.create(&owner, id, vec![], hour).await.unwrap());
+            assert_eq!(store.create(&owner, id, vec![], ttl).await.unwrap(), Ok(()));
         }
         let refused = store.create(&Owner::new("c"), "3", vec![], hour).await;
-        assert_eq!(refused.ok(), Some(false), "no room");
+        let Ok(Err(NoRoom::Store {
+            frees_in: Some(frees_in),
+        })) = refused
+        else {
+            panic!("no room: {refused:?}");
+        };
+        assert!(
+            frees_in <= minute && frees_in > minute - Duration::from_secs(30),
+            "told when the store's first record expires: {frees_in:?}"
+        );
         assert_eq!(store.read("3").await.ok(), Some(None), "nothing stored");
     }
 
@@ -251,21 +327,13 @@ mod tests {
         let alice = Owner::new("alice");
         for id in ["a", "b", "c"] {
             let created = store.create(&alice, id, vec![], Duration::from_millis(20));
-            assert!(created.await.unwrap());
+            assert_eq!(created.await.unwrap(), Ok(()));
         }
-        assert!(
-            store
-                .create(&alice, "long", vec![], Duration::from_secs(60))
-                .await
-                .unwrap()
-        );
+        let created = store.create(&alice, "long", vec![], Duration::from_secs(60));
+        assert_eq!(created.await.unwrap(), Ok(()));
         tokio::time::sleep(Duration::from_millis(40)).await;
-        assert!(
-            store
-                .create(&alice, "d", vec![], Duration::from_secs(60))
-                .await
-                .unwrap()
-        );
+        let created = store.create(&alice, "d", vec![], Duration::from_secs(60));
+        assert_eq!(created.await.unwrap(), Ok(()));
         let records = store.lock();
         let mut kept: Vec<&str> = records.by_id.keys().map(String::as_str).collect();
         kept.sort_unstable();

@@ -71,8 +71,22 @@ pub struct TaskSettings {
     pub lease: Duration,
     /// Most tasks one replica runs at once; more wait their turn, `working`, up to four times as
     /// many in all: beyond, a call that would become a task goes on in its request, and answers
-    /// that would resume a task are refused with HTTP 503, to be sent again.
+    /// that would resume a task are refused with HTTP 503, to be sent again. Taken as 1 when 0,
+    /// and at most a quarter of tokio's semaphore limit (about 2^59 on 64-bit machines).
     pub max_running: usize,
+}
+
+impl TaskSettings {
+    /// Tasks run at once: [`max_running`](Self::max_running) within what a semaphore can count.
+    fn slots(&self) -> usize {
+        self.max_running
+            .clamp(1, Semaphore::MAX_PERMITS / HELD_PER_SLOT)
+    }
+
+    /// Tasks held at once, running or waiting (see [`HELD_PER_SLOT`]).
+    fn places(&self) -> usize {
+        self.slots() * HELD_PER_SLOT
+    }
 }
 
 impl Default for TaskSettings {
@@ -150,8 +164,8 @@ impl Tasks {
                 registry,
                 replica: random_hex(),
                 running: Mutex::new(HashMap::new()),
-                slots: Arc::new(Semaphore::new(settings.max_running.max(1))),
-                places: Arc::new(Semaphore::new(settings.max_running.max(1) * HELD_PER_SLOT)),
+                slots: Arc::new(Semaphore::new(settings.slots())),
+                places: Arc::new(Semaphore::new(settings.places())),
                 drain: OnceLock::new(),
                 settings,
                 announce,
@@ -226,18 +240,18 @@ impl Tasks {
         let tasks = self.clone();
         let (ttl, owner) = (settings.ttl, seed.owner.clone());
         let kept = tokio::spawn(async move {
-            if !tasks.shared.store.create(&owner, &id, bytes, ttl).await? {
-                return Ok(false);
+            if let Err(no_room) = tasks.shared.store.create(&owner, &id, bytes, ttl).await? {
+                return Ok(Err(no_room));
             }
             tracing::debug!(task = %id, tool = %record.tool, "task created");
             observe::task("created");
             tasks.start(id, record, place);
-            Ok::<_, ProtocolError>(true)
+            Ok::<_, ProtocolError>(Ok(()))
         })
         .await
         .map_err(|e| ProtocolError::internal(format!("creating the task failed: {e}")))??;
-        if !kept {
-            return Ok(Err(no_room(Unkept::Full)));
+        if let Err(why) = kept {
+            return Ok(Err(no_room(Unkept::NoRoom(why))));
         }
         Ok(Ok(created))
     }
@@ -549,14 +563,10 @@ fn fits(key: &str, asked: &Value, answer: &Value) -> Result<(), ProtocolError> {
 /// counted; the call goes on in its request.
 fn no_room(why: Unkept) -> Unkept {
     if let Some(held_back) = NO_ROOM.take() {
-        let why = match why {
-            Unkept::Busy(why) => why,
-            Unkept::Full => "the task store is full, or the caller holds its share of tasks",
-            Unkept::TooLarge => "the call is too large",
-        };
         tracing::warn!(
             held_back,
-            "no room for a task ({why}): a call that would have become one goes on in its request"
+            "no room for a task ({}): a call that would have become one goes on in its request",
+            why.reason()
         );
     }
     observe::task("not_kept");
@@ -677,6 +687,29 @@ mod tests {
             .await
             .expect("the task")["status"]
             .clone()
+    }
+
+    #[test]
+    fn any_max_running_makes_a_replica_that_counts_its_places() {
+        for (max_running, slots) in [
+            (0, 1),
+            (64, 64),
+            (usize::MAX, Semaphore::MAX_PERMITS / HELD_PER_SLOT),
+        ] {
+            let (here, _) = two_replicas(
+                Registry::new(),
+                TaskSettings {
+                    max_running,
+                    ..TaskSettings::default()
+                },
+            );
+            assert_eq!(here.shared.slots.available_permits(), slots);
+            assert_eq!(
+                here.shared.places.available_permits(),
+                slots * HELD_PER_SLOT
+            );
+            assert_eq!(here.held(), 0, "{max_running}: none held yet");
+        }
     }
 
     #[tokio::test]

@@ -76,8 +76,8 @@ impl Tasks {
 
     /// How many tasks this replica holds: running, waiting for a slot, or being created or
     /// resumed.
-    fn held(&self) -> usize {
-        let places = self.shared.settings.max_running.max(1) * super::HELD_PER_SLOT;
+    pub(super) fn held(&self) -> usize {
+        let places = self.shared.settings.places();
         places.saturating_sub(self.shared.places.available_permits())
     }
 

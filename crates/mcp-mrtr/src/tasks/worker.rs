@@ -105,7 +105,7 @@ impl Tasks {
                 Ok(slot) => slot,
                 Err(_) => return,
             },
-            _ = &mut no_longer_ours => return,
+            lost = &mut no_longer_ours => return renewal_ended(id, lost),
         };
         // A task cancelled while it waited does not start, though the notice of its cancel was
         // lost; a store out of reach now does not stop it (its ending's write decides).
@@ -116,7 +116,7 @@ impl Tasks {
         }
         let ending = tokio::select! {
             ending = self.run(&record) => ending,
-            _ = &mut no_longer_ours => return,
+            lost = &mut no_longer_ours => return renewal_ended(id, lost),
         };
         drop(renewer);
         let replica = self.shared.replica.clone();
@@ -313,4 +313,13 @@ fn outgrown() -> ProtocolError {
          {} KiB",
         MAX_TASK_BYTES / 1024
     ))
+}
+
+/// The worker stops as its lease renewal ended: the task is no longer this replica's to run, or,
+/// should the renewal have panicked (its sender dropped), it is left to its lease, and reported
+/// `failed` once that lapses, as a lost worker's task is.
+fn renewal_ended(id: &str, lost: Result<(), oneshot::error::RecvError>) {
+    if lost.is_err() {
+        tracing::error!(task = %id, "the task's lease renewal stopped unexpectedly: its worker stops");
+    }
 }

@@ -1,7 +1,7 @@
 //! The front door of `POST /mcp`: what HTTP adds is checked first, in the spec's order (Origin,
-//! then the size of the headers, content type, `Accept`, body size, JSON), then the message goes to the wire of its era: the
-//! 2026-07-28 wire ([`modern`](super::modern)), or with the `legacy` feature the 2025-11-25 one
-//! for clients that open with `initialize`.
+//! then the size of the headers, content type, `Accept`, body size, JSON), then the message goes
+//! to the wire of its era: the 2026-07-28 wire ([`modern`](super::modern)), or with the `legacy`
+//! feature the 2025-11-25 one for clients that open with `initialize`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +15,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::respond::{Accept, WireError, is_json};
 use super::{BUSY_WAIT, Endpoint};
-use crate::log_budget::LogBudget;
 use crate::protocol::Incoming;
 #[cfg(not(feature = "legacy"))]
 use crate::protocol::Method;
@@ -38,18 +37,7 @@ pub(super) async fn post(
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(address)| address.ip());
-    // First, as the spec has an invalid Origin answered 403 whatever else is wrong.
-    endpoint
-        .options
-        .origin
-        .check(&parts.uri, &headers)
-        .map_err(|reason| {
-            if let Some(held_back) = REFUSED_ORIGINS.take() {
-                tracing::warn!(held_back, "refused request: {reason}");
-            }
-            WireError::refused(StatusCode::FORBIDDEN, reason)
-        })?;
-    if let Some(refusal) = WireError::head_too_large(&headers) {
+    if let Some(refusal) = endpoint.head_refusal(&parts.uri, &headers) {
         return Err(refusal);
     }
     if !is_json(&headers) {
@@ -79,9 +67,6 @@ pub(super) async fn post(
     }
     super::modern::post(&endpoint, &headers, peer, accept, incoming).await
 }
-
-/// Lines about refused Origins and Hosts, which any client can send.
-static REFUSED_ORIGINS: LogBudget = LogBudget::new();
 
 /// Reads and parses the body, within the size limit, the body-read timeout and the budget of
 /// body bytes held at once (claimed up front from `Content-Length`, or the size limit without

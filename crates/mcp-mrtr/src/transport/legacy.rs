@@ -502,18 +502,14 @@ pub(super) async fn delete(
     }
 }
 
-/// The session named by the request's header, checked against its origin and its caller.
+/// The session named by the request's header, once its head earns no
+/// [`Endpoint::head_refusal`], checked against its caller.
 async fn session_of(
     endpoint: &Arc<Endpoint>,
     uri: &Uri,
     headers: &HeaderMap,
 ) -> Result<(String, Session), WireError> {
-    endpoint
-        .options
-        .origin
-        .check(uri, headers)
-        .map_err(|reason| WireError::refused(StatusCode::FORBIDDEN, reason))?;
-    if let Some(refusal) = WireError::head_too_large(headers) {
+    if let Some(refusal) = endpoint.head_refusal(uri, headers) {
         return Err(refusal);
     }
     let principal = endpoint

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::routing::post;
 
 pub use crate::drain::Drain;
@@ -35,8 +36,10 @@ pub use origin::OriginPolicy;
 pub use streams::StreamLimits;
 
 use crate::auth::{Authenticator, Principal};
+use crate::log_budget::LogBudget;
 use crate::server::Server;
 use crate::store::Owner;
+use respond::WireError;
 
 /// HTTP-level settings of the endpoint.
 pub struct TransportOptions {
@@ -138,6 +141,20 @@ pub fn router(
 }
 
 impl Endpoint {
+    /// The refusal, if any, that a request's head alone earns, checked before anything else in
+    /// the spec's order: its `Origin` and the host it names (403: an invalid Origin is answered
+    /// 403 whatever else is wrong), then its size (431). Used by `POST /mcp` and a legacy
+    /// session's `GET` and `DELETE`.
+    fn head_refusal(&self, uri: &Uri, headers: &HeaderMap) -> Option<WireError> {
+        if let Err(reason) = self.options.origin.check(uri, headers) {
+            if let Some(held_back) = REFUSED_ORIGINS.take() {
+                tracing::warn!(held_back, "refused request: {reason}");
+            }
+            return Some(WireError::refused(StatusCode::FORBIDDEN, reason));
+        }
+        WireError::head_too_large(headers)
+    }
+
     /// How one of `owner`'s long-lived streams (`subscriptions/listen`, a legacy session's GET)
     /// is kept, once there is room for it: `opening` is its first message, `farewell` its last
     /// when the server ends it.
@@ -156,6 +173,9 @@ impl Endpoint {
         })
     }
 }
+
+/// Lines about refused Origins and hosts, which any client can send.
+static REFUSED_ORIGINS: LogBudget = LogBudget::new();
 
 fn turns(options: &TransportOptions) -> Arc<tokio::sync::Semaphore> {
     Arc::new(tokio::sync::Semaphore::new(

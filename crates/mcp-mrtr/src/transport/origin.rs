@@ -1,7 +1,8 @@
 //! DNS-rebinding protection: the `Origin` header must name an allowed origin (localhost by default,
 //! plus a configured allow-list), and when serving on loopback the host the request names must be
-//! local too: its `Host` header and, over HTTP/2 (which has no `Host` header of its own), the
-//! `:authority` its URI carries.
+//! local too: its `Host` header and the authority its URI carries, if any (HTTP/2's `:authority`,
+//! as HTTP/2 has no `Host` header of its own, or an HTTP/1 request line in absolute form,
+//! `POST http://host/mcp`).
 
 use axum::http::{HeaderMap, Uri, header};
 
