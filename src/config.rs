@@ -16,19 +16,23 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_STATE_KEYS", hide_env_values = true)]
     pub state_keys: Option<String>,
 
-    /// How long a client has to answer a round before its requestState expires, in seconds.
-    #[arg(long, env = "MOVIEDB_STATE_TTL", default_value_t = 600)]
+    /// How long a client has to answer a round before its requestState expires, in seconds (at
+    /// most a week: work that waits longer belongs in a task).
+    #[arg(long, env = "MOVIEDB_STATE_TTL", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(1..=MOST_STATE_TTL_SECS))]
     pub state_ttl_secs: u64,
 
     /// Most continuations kept in memory at once (in-memory store).
-    #[arg(long, env = "MOVIEDB_CONTINUATION_CAPACITY", default_value_t = 100_000)]
+    #[arg(long, env = "MOVIEDB_CONTINUATION_CAPACITY", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub continuation_capacity: u64,
 
     /// Most pending continuations, and apart legacy sessions and tasks, one caller holds at
     /// once: a signed-in user, or an anonymous caller's address. Past it, the caller's own oldest
     /// continuations and sessions go; tasks are kept until they expire, and a call that would
     /// make one more is answered in its request.
-    #[arg(long, env = "MOVIEDB_SHARE_PER_CALLER", default_value_t = 1_000)]
+    #[arg(long, env = "MOVIEDB_SHARE_PER_CALLER", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub share_per_caller: u64,
 
     /// Redis URL for the shared continuation store (`redis://127.0.0.1:6379`), or the URLs of
@@ -68,25 +72,30 @@ pub struct ServeArgs {
     pub legacy_request_timeout_secs: u64,
 
     /// Legacy (2025-11-25) sessions: how long a session lives unused, in seconds; each request
-    /// gives it this long again.
-    #[arg(long, env = "MOVIEDB_LEGACY_SESSION_IDLE", default_value_t = 3600)]
+    /// gives it this long again (at most 30 days).
+    #[arg(long, env = "MOVIEDB_LEGACY_SESSION_IDLE", default_value_t = 3600,
+          value_parser = clap::value_parser!(u64).range(1..=MOST_SESSION_SECS))]
     pub legacy_session_idle_secs: u64,
 
-    /// Legacy (2025-11-25) sessions: how long a session lives at most, however busy, in seconds.
-    #[arg(long, env = "MOVIEDB_LEGACY_SESSION_MAX", default_value_t = 24 * 3600)]
+    /// Legacy (2025-11-25) sessions: how long a session lives at most, however busy, in seconds
+    /// (at most 30 days).
+    #[arg(long, env = "MOVIEDB_LEGACY_SESSION_MAX", default_value_t = 24 * 3600,
+          value_parser = clap::value_parser!(u64).range(1..=MOST_SESSION_SECS))]
     pub legacy_session_max_secs: u64,
 
     /// Origins allowed besides localhost, comma-separated (`*` allows any).
     #[arg(long, env = "MOVIEDB_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
 
-    /// Largest request body accepted, in bytes (larger ones get HTTP 413).
-    #[arg(long, env = "MOVIEDB_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    /// Largest request body accepted, in bytes (larger ones get HTTP 413): from 1 KiB to 1 GiB.
+    #[arg(long, env = "MOVIEDB_MAX_BODY_BYTES", default_value_t = 1024 * 1024,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..=1 << 30))]
     pub max_body_bytes: usize,
 
     /// Most requests read and handled at once; more wait a second, then get HTTP 503 with
-    /// Retry-After.
-    #[arg(long, env = "MOVIEDB_MAX_CONCURRENT_REQUESTS", default_value_t = 512)]
+    /// Retry-After (at most a million).
+    #[arg(long, env = "MOVIEDB_MAX_CONCURRENT_REQUESTS", default_value_t = 512,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub max_concurrent_requests: usize,
 
     /// Most request body bytes held at once across all requests being read and parsed; a request
@@ -95,13 +104,15 @@ pub struct ServeArgs {
     pub max_buffered_body_bytes: usize,
 
     /// Most connections open at once; when reached, the connection idle the longest is closed.
-    /// Ceiling: the open-file limit less 128; default: that, or 10000 if lower.
-    #[arg(long, env = "MOVIEDB_MAX_CONNECTIONS")]
+    /// At least 2 (a stream must leave one for requests); ceiling: the open-file limit less
+    /// 128; default: that, or 10000 if lower.
+    #[arg(long, env = "MOVIEDB_MAX_CONNECTIONS",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(2..))]
     pub max_connections: Option<usize>,
 
     /// Most long-lived streams (subscriptions/listen, 2025-11-25 GET) open at once, at most the
-    /// connection cap; more get HTTP 503. Default: half the connection cap, so requests always
-    /// find connections.
+    /// connection cap less one; more get HTTP 503. Default: half the connection cap, so requests
+    /// always find connections.
     #[arg(long, env = "MOVIEDB_MAX_STREAMS")]
     pub max_streams: Option<usize>,
 
@@ -128,8 +139,9 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_SHUTDOWN_GRACE_SECS", default_value_t = 20)]
     pub shutdown_grace_secs: u64,
 
-    /// Seconds between keep-alive comments on subscription streams.
-    #[arg(long, env = "MOVIEDB_KEEPALIVE_SECS", default_value_t = 15)]
+    /// Seconds between keep-alive comments on subscription streams (at most an hour).
+    #[arg(long, env = "MOVIEDB_KEEPALIVE_SECS", default_value_t = 15,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub keepalive_secs: u64,
 
     /// Resource-server sign-in: the issuer URL of the OAuth 2.1 authorization server whose access
@@ -143,13 +155,17 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_RESOURCE_URL")]
     pub resource_url: Option<String>,
 
-    /// Resource-server sign-in: seconds of clock difference allowed on a token's `exp` and `nbf`.
-    #[arg(long, env = "MOVIEDB_AUTH_LEEWAY_SECS", default_value_t = 30)]
+    /// Resource-server sign-in: seconds of clock difference allowed on a token's `exp` and `nbf`
+    /// (at most 300: more would take tokens long expired).
+    #[arg(long, env = "MOVIEDB_AUTH_LEEWAY_SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(0..=300))]
     pub auth_leeway_secs: u64,
 
     /// Resource-server sign-in: the least seconds between two fetches of the authorization
-    /// server's keys, which a token signed with an unknown key id triggers.
-    #[arg(long, env = "MOVIEDB_AUTH_KEY_REFRESH_SECS", default_value_t = 30)]
+    /// server's keys, which a token signed with an unknown key id triggers (at most an hour, so
+    /// that rotated keys are found).
+    #[arg(long, env = "MOVIEDB_AUTH_KEY_REFRESH_SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub auth_key_refresh_secs: u64,
 
     /// Serve Prometheus metrics (`GET /metrics`) on this address instead of the MCP listener's,
@@ -162,8 +178,10 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_TASK_TTL_SECS", default_value_t = 3600)]
     pub task_ttl_secs: u64,
 
-    /// Tasks: how often clients are asked to poll a task, in milliseconds (`pollIntervalMs`).
-    #[arg(long, env = "MOVIEDB_TASK_POLL_MS", default_value_t = 500)]
+    /// Tasks: how often clients are asked to poll a task, in milliseconds (`pollIntervalMs`), at
+    /// most a minute.
+    #[arg(long, env = "MOVIEDB_TASK_POLL_MS", default_value_t = 500,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub task_poll_ms: u64,
 
     /// Tasks: how long a replica's hold on a running task lasts unless renewed, in milliseconds;
@@ -174,11 +192,16 @@ pub struct ServeArgs {
     /// Tasks: most tasks this replica runs at once (a summary task holds one LLM provider
     /// call); more wait their turn. While it holds four times as many, running or waiting, a
     /// call that would become a new task is answered in its request, and answers that would
-    /// resume a task are refused with HTTP 503, to be sent again.
-    #[arg(long, env = "MOVIEDB_TASK_MAX_RUNNING", default_value_t = 64)]
+    /// resume a task are refused with HTTP 503, to be sent again. At most a million.
+    #[arg(long, env = "MOVIEDB_TASK_MAX_RUNNING", default_value_t = 64,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub task_max_running: usize,
 }
 
+/// The longest a requestState may wait for its answers: a week.
+const MOST_STATE_TTL_SECS: u64 = 7 * 86_400;
+/// The longest a legacy session may live, idle or at all: 30 days.
+const MOST_SESSION_SECS: u64 = 30 * 86_400;
 /// The longest a task may be kept: 30 days.
 const MOST_TASK_TTL_SECS: u64 = 30 * 86_400;
 /// The longest lease a replica may hold on a task: 10 minutes.
@@ -197,8 +220,8 @@ impl ServeArgs {
             allowed_origins: self.allowed_origins.clone(),
             loopback: self.bind.ip().is_loopback(),
             max_body_bytes: self.max_body_bytes,
-            keepalive: Duration::from_secs(self.keepalive_secs.max(1)),
-            max_concurrent_requests: self.max_concurrent_requests.max(1),
+            keepalive: Duration::from_secs(self.keepalive_secs),
+            max_concurrent_requests: self.max_concurrent_requests,
             max_buffered_body_bytes: self.max_buffered_body_bytes,
             body_read_timeout: Duration::from_secs(self.body_read_timeout_secs.max(1)),
             header_read_timeout: Duration::from_secs(self.header_read_timeout_secs.max(1)),
@@ -208,14 +231,14 @@ impl ServeArgs {
             max_streams_per_owner: self.max_streams_per_caller,
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
             legacy_request_timeout: Duration::from_secs(self.legacy_request_timeout_secs),
-            legacy_session_idle: Duration::from_secs(self.legacy_session_idle_secs.max(1)),
-            legacy_session_max: Duration::from_secs(self.legacy_session_max_secs.max(1)),
+            legacy_session_idle: Duration::from_secs(self.legacy_session_idle_secs),
+            legacy_session_max: Duration::from_secs(self.legacy_session_max_secs),
             tasks: mcp_mrtr::tasks::TaskSettings {
                 ttl: Duration::from_secs(self.task_ttl_secs.clamp(1, MOST_TASK_TTL_SECS)),
-                poll_interval: Duration::from_millis(self.task_poll_ms.max(1)),
+                poll_interval: Duration::from_millis(self.task_poll_ms),
                 // A third of it apart is renewed: keep it well above a store round trip.
                 lease: Duration::from_millis(self.task_lease_ms.clamp(300, MOST_TASK_LEASE_MS)),
-                max_running: self.task_max_running.max(1),
+                max_running: self.task_max_running,
             },
             ..mcp_mrtr::service::Settings::default()
         }
@@ -234,6 +257,6 @@ impl ServeArgs {
     }
 
     pub fn state_ttl(&self) -> Duration {
-        Duration::from_secs(self.state_ttl_secs.max(1))
+        Duration::from_secs(self.state_ttl_secs)
     }
 }

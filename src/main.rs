@@ -81,11 +81,13 @@ enum Command {
     },
     /// Adds a synthetic catalogue (for load tests) to the database.
     Seed {
-        /// Synthetic movies to add.
-        #[arg(long, default_value_t = 100_000)]
+        /// Synthetic movies to add, at most ten million.
+        #[arg(long, default_value_t = 100_000,
+              value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
         movies: u64,
-        /// Synthetic reviews to add, spread over all movies.
-        #[arg(long, default_value_t = 1_000_000)]
+        /// Synthetic reviews to add, spread over all movies, at most a hundred million.
+        #[arg(long, default_value_t = 1_000_000,
+              value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
         reviews: u64,
     },
 }

@@ -5,9 +5,14 @@
 
 use std::collections::BTreeSet;
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn moviedb(args: &[&str]) -> Output {
-    let data_dir = std::env::temp_dir().join(format!("moviedb-cli-test-{}", std::process::id()));
+    // A folder of its own for each run: the tests run at once, and each run removes its folder.
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, Ordering::Relaxed);
+    let data_dir =
+        std::env::temp_dir().join(format!("moviedb-cli-test-{}-{run}", std::process::id()));
     let output = Command::new(env!("CARGO_BIN_EXE_moviedb-mcp"))
         .arg("--data-dir")
         .arg(&data_dir)
@@ -170,4 +175,40 @@ fn a_legacy_wait_of_nothing_or_of_years_stops_the_server_at_start() {
             "{seconds} s: the refusal names the flag and its range: {stderr}"
         );
     }
+}
+
+#[test]
+fn values_that_would_break_the_server_stop_it_at_start_naming_the_range() {
+    let endless = "18446744073709551615";
+    for (flag, value, range) in [
+        ("--max-body-bytes", "0", "1024..=1073741824"),
+        ("--max-body-bytes", endless, "1024..=1073741824"),
+        ("--max-concurrent-requests", endless, "1..=1000000"),
+        ("--max-connections", "1", "2.."),
+        ("--keepalive-secs", endless, "1..=3600"),
+        ("--auth-leeway-secs", "2000000000", "0..=300"),
+        ("--auth-key-refresh-secs", "86400", "1..=3600"),
+        ("--state-ttl-secs", endless, "1..=604800"),
+        ("--legacy-session-idle-secs", endless, "1..=2592000"),
+        ("--legacy-session-max-secs", "0", "1..=2592000"),
+        ("--task-poll-ms", "0", "1..=60000"),
+        ("--task-max-running", endless, "1..=1000000"),
+        ("--summary-cache-ttl-secs", endless, "1..=2592000"),
+        ("--fallback-cache-ttl-secs", endless, "1..=2592000"),
+        ("--continuation-capacity", "0", "1.."),
+        ("--share-per-caller", "0", "1.."),
+    ] {
+        // Were the value taken, the server would stop anyway, at its unreachable Redis.
+        let output = moviedb(&["--redis-url", "redis://127.0.0.1:1", flag, value]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{flag} {value} is refused");
+        assert!(
+            stderr.contains(flag) && stderr.contains(&format!("is not in {range}")),
+            "{flag} {value}: the refusal names the flag and its range: {stderr}"
+        );
+    }
+    let seeding = moviedb(&["seed", "--movies", endless]);
+    let stderr = String::from_utf8_lossy(&seeding.stderr);
+    assert!(!seeding.status.success());
+    assert!(stderr.contains("--movies"), "{stderr}");
 }

@@ -86,11 +86,12 @@ pub async fn seed_synthetic(
     let first: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM movies")
         .fetch_one(catalogue.pool())
         .await?;
+    let movies = i64::try_from(movies).context("too many movies to add")?;
     let mut rng = rand::thread_rng();
     let mut tx = catalogue.pool().begin().await?;
     let mut movie_rows = Vec::with_capacity(BATCH);
     let mut mood_rows = Vec::with_capacity(BATCH * 2);
-    for n in 1..=movies as i64 {
+    for n in 1..=movies {
         let id = first + n;
         let rating = f64::from(rng.gen_range(10..=100u8)) / 10.0;
         movie_rows.push(vec![
@@ -138,7 +139,7 @@ pub async fn seed_synthetic(
     )
     .await?;
     insert(&mut tx, "movie_moods", &["movie_id", "mood"], mood_rows).await?;
-    let last = first + movies as i64;
+    let last = first.saturating_add(movies);
     if last > 0 {
         let mut review_rows = Vec::with_capacity(BATCH);
         for _ in 0..reviews {

@@ -36,7 +36,8 @@ pub struct Settings {
     /// `None` generates a development key (states then do not survive a restart and no other
     /// replica can open them), and says so in the log.
     pub state_keys: Option<String>,
-    /// How long a client has to answer a round before its requestState expires.
+    /// How long a client has to answer a round before its requestState expires (taken within a
+    /// second and a year).
     pub state_ttl: Duration,
     /// Most continuations (and, apart, sessions and tasks) kept in memory at once. Full, the
     /// continuation and session stores evict their oldest entries; the task store keeps the
@@ -74,8 +75,8 @@ pub struct Settings {
     /// 128 for everything else the process opens), at most 10,000.
     pub max_connections: Option<usize>,
     /// Most long-lived streams (`subscriptions/listen`, a legacy session's GET) open at once
-    /// (more get HTTP 503), at most the connection cap; `None` for half the connection cap, so
-    /// ordinary requests always find connections.
+    /// (more get HTTP 503), at most the connection cap less one; `None` for half the connection
+    /// cap, so ordinary requests always find connections.
     pub max_streams: Option<usize>,
     /// Most long-lived streams one owner holds open at once; one more ends the owner's oldest.
     pub max_streams_per_owner: usize,
@@ -85,7 +86,8 @@ pub struct Settings {
     pub drain: Drain,
     /// What `/readyz` checks besides the Redis store (which is checked whenever configured).
     pub readiness: Readiness,
-    /// Period of keep-alive comments on long-lived streams.
+    /// Period of keep-alive comments on long-lived streams (taken within a millisecond and a
+    /// day).
     pub keepalive: Duration,
     /// Most requests read and handled at once (more wait a second, then get 503).
     pub max_concurrent_requests: usize,
@@ -282,10 +284,14 @@ impl Settings {
     }
 
     /// The bounds on long-lived streams these settings ask for: by default half the connection
-    /// cap in all, which leaves the other half to requests; never more than the connection cap.
+    /// cap in all, which leaves the other half to requests; never the whole connection cap, so
+    /// that streams cannot keep every request out.
     pub fn stream_limits(&self) -> StreamLimits {
         let connections = self.connection_limits().max_connections;
-        let total = self.max_streams.unwrap_or(connections / 2).min(connections);
+        let total = self
+            .max_streams
+            .unwrap_or(connections / 2)
+            .min(connections.saturating_sub(1));
         StreamLimits {
             total: total.max(1),
             per_owner: self.max_streams_per_owner.max(1),
@@ -333,4 +339,29 @@ pub async fn serve(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lived_streams_always_leave_a_connection_for_requests() {
+        for (connections, streams, expected) in [
+            (Some(1), None, (2, 1)),
+            (Some(1), Some(5), (2, 1)),
+            (Some(10), Some(10), (10, 9)),
+            (Some(10), None, (10, 5)),
+            (Some(10), Some(0), (10, 1)),
+        ] {
+            let settings = Settings {
+                max_connections: connections,
+                max_streams: streams,
+                ..Settings::default()
+            };
+            let cap = settings.connection_limits().max_connections;
+            let total = settings.stream_limits().total;
+            assert_eq!((cap, total), expected, "{connections:?} {streams:?}");
+        }
+    }
 }

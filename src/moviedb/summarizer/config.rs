@@ -15,6 +15,8 @@ use anyhow::{Context as _, bail};
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 /// The model asked of OpenAI when none is named.
 pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4.1-mini";
+/// The longest a summary is cached: 30 days.
+const MOST_CACHE_TTL_SECS: u64 = 30 * 86_400;
 
 /// The LLM provider and the summary cache, from flags and environment.
 #[derive(Clone, clap::Args)]
@@ -52,16 +54,16 @@ pub struct LlmArgs {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub llm_max_tokens: u32,
 
-    /// How long a summary written by the provider is kept, in seconds. A new review replaces it at
-    /// once.
+    /// How long a summary written by the provider is kept, in seconds (at most 30 days). A new
+    /// review replaces it at once.
     #[arg(long, env = "MOVIEDB_SUMMARY_CACHE_TTL", default_value_t = 3600,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..=MOST_CACHE_TTL_SECS))]
     pub summary_cache_ttl_secs: u64,
 
     /// How long the server-side summary given while the provider failed is kept, in seconds, before
-    /// the provider is asked again.
+    /// the provider is asked again (at most 30 days).
     #[arg(long, env = "MOVIEDB_FALLBACK_CACHE_TTL", default_value_t = 60,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..=MOST_CACHE_TTL_SECS))]
     pub fallback_cache_ttl_secs: u64,
 }
 

@@ -173,9 +173,12 @@ struct Continuation {
     baggage: Option<String>,
 }
 
+/// The longest a state and its continuation may live; a longer `state_ttl` is taken as this.
+const MOST_STATE_TTL: Duration = Duration::from_secs(365 * 86_400);
+
 impl Engine {
     /// An engine that seals states with `sealer`, parks continuations in `store`, and lets each
-    /// state and its continuation live for `state_ttl`.
+    /// state and its continuation live for `state_ttl` (from a second to a year).
     pub fn new(
         sealer: StateSealer,
         store: Arc<dyn ContinuationStore>,
@@ -184,7 +187,7 @@ impl Engine {
         Self {
             sealer: Arc::new(sealer),
             store,
-            state_ttl,
+            state_ttl: state_ttl.clamp(Duration::from_secs(1), MOST_STATE_TTL),
         }
     }
 
@@ -287,9 +290,10 @@ impl Engine {
     /// request as it would for a client without the Tasks extension. `call` is the request's,
     /// with the seed's principal, owner and meta. A handler that asked with
     /// [`RequestContext::require_task`] is not run again: the call fails with -32603 saying why
-    /// (with HTTP 503, or 429 for a caller at its share, when room may come later). Either way the continuation the request's retry
-    /// took is put back when the call fails for a reason that can be mended (no room now, or an
-    /// answer refused), so the same `requestState` works again.
+    /// (with HTTP 503, or 429 for a caller at its share, when room may come later). Either way
+    /// the continuation the request's retry took is put back when the call fails for a reason
+    /// that can be mended (no room now, or an answer refused), so the same `requestState` works
+    /// again.
     pub async fn continue_untasked<T, F, Fut>(
         &self,
         call: Call<'_>,
@@ -560,7 +564,7 @@ impl Engine {
             continuation: id,
             principal,
             request_digest: digest,
-            expires_at: unix_now() + self.state_ttl.as_secs().max(1),
+            expires_at: unix_now().saturating_add(self.state_ttl.as_secs()),
         };
         Ok(InputRequired {
             requests: round.pending,

@@ -76,7 +76,25 @@ pub struct TaskSettings {
     pub max_running: usize,
 }
 
+/// The longest a task may be kept, or asked to wait between polls.
+const MOST_TASK_TTL: Duration = Duration::from_secs(365 * 86_400);
+/// The longest lease: a day.
+const MOST_LEASE: Duration = Duration::from_secs(86_400);
+
 impl TaskSettings {
+    /// These settings, each taken within its bounds: a time to live of a millisecond to a year, a
+    /// poll interval of a millisecond up to that time to live, a lease of 3 ms (renewed every
+    /// millisecond) to a day.
+    pub fn within_bounds(self) -> Self {
+        let ttl = self.ttl.clamp(Duration::from_millis(1), MOST_TASK_TTL);
+        Self {
+            ttl,
+            poll_interval: self.poll_interval.clamp(Duration::from_millis(1), ttl),
+            lease: self.lease.clamp(Duration::from_millis(3), MOST_LEASE),
+            max_running: self.max_running,
+        }
+    }
+
     /// Tasks run at once: [`max_running`](Self::max_running) within what a semaphore can count.
     fn slots(&self) -> usize {
         self.max_running
@@ -151,13 +169,15 @@ enum Change<T> {
 
 impl Tasks {
     /// Tasks kept in `store`, running the tools of `registry`; `announce` hears of every status
-    /// change.
+    /// change. `settings` are kept within what the clock and the stores can count (see
+    /// [`TaskSettings::within_bounds`]).
     pub fn new(
         store: Arc<dyn TaskStore>,
         settings: TaskSettings,
         registry: Arc<Registry>,
         announce: Announce,
     ) -> Self {
+        let settings = settings.within_bounds();
         Self {
             shared: Arc::new(Shared {
                 store,
@@ -687,6 +707,44 @@ mod tests {
             .await
             .expect("the task")["status"]
             .clone()
+    }
+
+    #[test]
+    fn settings_past_what_the_clock_counts_are_taken_within_bounds() {
+        let none = TaskSettings {
+            ttl: Duration::ZERO,
+            poll_interval: Duration::ZERO,
+            lease: Duration::ZERO,
+            max_running: 1,
+        }
+        .within_bounds();
+        assert_eq!(none.ttl, Duration::from_millis(1));
+        assert_eq!(none.poll_interval, Duration::from_millis(1));
+        assert!(
+            none.lease / 3 >= Duration::from_millis(1),
+            "renewed on a clock that ticks"
+        );
+        let endless = TaskSettings {
+            ttl: Duration::MAX,
+            poll_interval: Duration::MAX,
+            lease: Duration::MAX,
+            max_running: 1,
+        }
+        .within_bounds();
+        assert_eq!(endless.ttl, MOST_TASK_TTL);
+        assert_eq!(
+            endless.poll_interval, MOST_TASK_TTL,
+            "never past the time to live"
+        );
+        assert_eq!(endless.lease, MOST_LEASE);
+        let now = tokio::time::Instant::now();
+        assert!(now.checked_add(endless.ttl + endless.lease).is_some());
+        let defaults = TaskSettings::default();
+        let kept = defaults.clone().within_bounds();
+        assert_eq!(
+            (kept.ttl, kept.poll_interval, kept.lease),
+            (defaults.ttl, defaults.poll_interval, defaults.lease)
+        );
     }
 
     #[test]

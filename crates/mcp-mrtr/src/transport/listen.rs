@@ -53,6 +53,8 @@ use super::traffic::{Busy, RoomWatched, Tracked, Watched};
 pub const RESERVED_DESCRIPTORS: u64 = 128;
 /// The most connections one process is ever given, however high its open-file limit.
 const CONNECTIONS_CEILING: usize = 1_000_000;
+/// The fewest connections a server holds: one for a long-lived stream, one for requests.
+const MIN_CONNECTIONS: usize = 2;
 /// Largest HTTP/2 header list taken (h2 counts 32 bytes more per field than the front door's
 /// bound does).
 const HEADER_LIST_BYTES: u32 = 2 * MAX_HEAD_BYTES as u32;
@@ -86,12 +88,13 @@ pub struct ConnectionLimits {
 }
 
 /// The most connections this process can hold: `wanted` when given, otherwise 10,000; always
-/// below the open-file limit (raised to its hard maximum first) less [`RESERVED_DESCRIPTORS`].
+/// below the open-file limit (raised to its hard maximum first) less [`RESERVED_DESCRIPTORS`],
+/// and at least two, so that a long-lived stream leaves a connection for requests.
 pub fn max_connections(wanted: Option<usize>) -> usize {
     let limit = raise_open_file_limit();
     let fits = usize::try_from(limit.saturating_sub(RESERVED_DESCRIPTORS))
         .unwrap_or(usize::MAX)
-        .clamp(1, CONNECTIONS_CEILING);
+        .clamp(MIN_CONNECTIONS, CONNECTIONS_CEILING);
     match wanted {
         Some(wanted) if wanted > fits => {
             // Said once: the stream cap is worked out from the connection cap too.
@@ -106,7 +109,7 @@ pub fn max_connections(wanted: Option<usize>) -> usize {
             });
             fits
         }
-        Some(wanted) => wanted.max(1),
+        Some(wanted) => wanted.max(MIN_CONNECTIONS),
         None => fits.min(10_000),
     }
 }

@@ -77,6 +77,9 @@ pub struct TransportOptions {
 /// check, not h2's, answers them.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
+/// The longest period between keep-alive comments that is kept to; longer ones are taken as this.
+const MOST_KEEPALIVE: Duration = Duration::from_secs(86_400);
+
 /// How long a request waits for a turn when [`TransportOptions::max_concurrent_requests`] are
 /// being handled, before it is answered 503.
 pub const BUSY_WAIT: Duration = Duration::from_secs(1);
@@ -165,7 +168,10 @@ impl Endpoint {
         farewell: Option<Vec<u8>>,
     ) -> Result<sse::LongLived, streams::ServerFull> {
         Ok(sse::LongLived {
-            keepalive: self.options.keepalive,
+            keepalive: self
+                .options
+                .keepalive
+                .clamp(Duration::from_millis(1), MOST_KEEPALIVE),
             drain: self.options.drain.clone(),
             slot: self.streams.open(owner)?,
             opening: opening.map(|message| sse::frame(&message)),
@@ -179,15 +185,17 @@ static REFUSED_ORIGINS: LogBudget = LogBudget::new();
 
 fn turns(options: &TransportOptions) -> Arc<tokio::sync::Semaphore> {
     Arc::new(tokio::sync::Semaphore::new(
-        options.max_concurrent_requests.max(1),
+        options
+            .max_concurrent_requests
+            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
     ))
 }
 
 fn body_bytes(options: &TransportOptions) -> Arc<tokio::sync::Semaphore> {
-    let bytes = options.max_buffered_body_bytes.clamp(
-        options.max_body_bytes.max(1),
-        tokio::sync::Semaphore::MAX_PERMITS,
-    );
+    let most = tokio::sync::Semaphore::MAX_PERMITS;
+    let bytes = options
+        .max_buffered_body_bytes
+        .clamp(options.max_body_bytes.clamp(1, most), most);
     Arc::new(tokio::sync::Semaphore::new(bytes))
 }
 

@@ -18,13 +18,16 @@ pub struct OriginPolicy {
 }
 
 impl OriginPolicy {
-    /// Allows localhost origins plus `allowed` (trailing `/` ignored, `*` for any), and checks
-    /// the host a request names (`Host`, or the URI's authority) too when `check_host` is set.
+    /// Allows localhost origins plus `allowed` (surrounding spaces and a trailing `/` ignored,
+    /// empty entries skipped, `*` for any), and checks the host a request names (`Host`, or the
+    /// URI's authority) too when `check_host` is set.
     pub fn new(allowed: Vec<String>, check_host: bool) -> Self {
         Self {
             allowed: allowed
-                .into_iter()
-                .map(|o| o.trim_end_matches('/').to_owned())
+                .iter()
+                .map(|o| o.trim().trim_end_matches('/'))
+                .filter(|o| !o.is_empty())
+                .map(str::to_owned)
                 .collect(),
             check_host,
         }
@@ -110,6 +113,23 @@ mod tests {
 
     fn path() -> Uri {
         Uri::from_static("/mcp")
+    }
+
+    #[test]
+    fn a_list_written_with_spaces_allows_each_origin_it_names() {
+        // As `--allowed-origins "https://a.example, https://b.example/,"` gives it.
+        let listed = ["https://a.example", " https://b.example/", ""].map(String::from);
+        let policy = OriginPolicy::new(listed.to_vec(), true);
+        for (origin, host) in [
+            ("https://a.example", "a.example"),
+            ("https://b.example", "b.example"),
+        ] {
+            let allowed = policy.check(&path(), &headers(&[("origin", origin), ("host", host)]));
+            assert!(allowed.is_ok(), "{origin}: {allowed:?}");
+        }
+        let foreign = headers(&[("origin", "https://c.example"), ("host", "localhost")]);
+        assert!(policy.check(&path(), &foreign).is_err());
+        assert_eq!(policy.allowed.len(), 2, "the empty entry is skipped");
     }
 
     #[test]
