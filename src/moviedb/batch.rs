@@ -6,8 +6,10 @@
 //! requests are tried again one by one, so that one bad request does not fail the others it
 //! travelled with.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use sqlx::error::ErrorKind;
 use sqlx::postgres::PgDatabaseError;
@@ -123,12 +125,12 @@ async fn runner<Request: Clone, Answer>(
         metrics::histogram!("moviedb_sql_batch_size", "batch" => name)
             .record(requests.len() as f64);
         let started = std::time::Instant::now();
-        match run(requests.clone()).await {
+        match call(name, &run, requests.clone()).await {
             Err(error) if isolate && requests.len() > 1 && refuses_a_row(&error) => {
                 tracing::warn!(batch = name, %error, requests = requests.len(),
                     "the database refused a row of a grouped statement; trying its requests one by one");
                 metrics::counter!("moviedb_sql_batch_splits_total", "batch" => name).increment(1);
-                run_alone(&run, &requests, replies).await;
+                run_alone(name, &run, &requests, replies).await;
             }
             answers => answer_all(answers, replies),
         }
@@ -141,6 +143,7 @@ async fn runner<Request: Clone, Answer>(
 /// the same row still wins). Once one fails for another reason than a refused row, the rest
 /// get that failure without being tried: the database is out of reach for them too.
 async fn run_alone<Request: Clone, Answer>(
+    name: &'static str,
     run: &Run<Request, Answer>,
     requests: &[Request],
     replies: Vec<oneshot::Sender<Result<Answer, DatabaseError>>>,
@@ -151,7 +154,7 @@ async fn run_alone<Request: Clone, Answer>(
             let _ = reply.send(Err(error.clone()));
             continue;
         }
-        match run(Arc::from([request.clone()])).await {
+        match call(name, run, Arc::from([request.clone()])).await {
             Err(error) if !refuses_a_row(&error) => {
                 let error = DatabaseError::from(error);
                 out_of_reach = Some(error.clone());
@@ -160,6 +163,23 @@ async fn run_alone<Request: Clone, Answer>(
             answers => answer_all(answers, vec![reply]),
         }
     }
+}
+
+/// One call of `run` for `requests`. A call that panics fails its requests instead of ending the
+/// runner, which would leave the batch one runner short (the SQLite writer has only one) and
+/// every later request without an answer.
+async fn call<Request, Answer>(
+    name: &'static str,
+    run: &Run<Request, Answer>,
+    requests: Arc<[Request]>,
+) -> sqlx::Result<Vec<Answer>> {
+    let calling = AssertUnwindSafe(async { run(requests).await });
+    calling.catch_unwind().await.unwrap_or_else(|_| {
+        tracing::error!(batch = name, "a database call panicked; its requests fail");
+        Err(sqlx::Error::Protocol(format!(
+            "the {name} database call panicked"
+        )))
+    })
 }
 
 /// Whether `error` is the database refusing a row: a constraint or a trigger's refusal, a value
@@ -226,6 +246,26 @@ mod tests {
     use tokio::sync::Semaphore;
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_call_that_panics_fails_its_requests_and_the_batch_goes_on() {
+        // One runner, as the SQLite writer has: were it to end, nothing would answer again.
+        let run: Run<u32, u32> = Arc::new(|numbers: Arc<[u32]>| {
+            Box::pin(async move {
+                assert!(!numbers.contains(&7), "seven is not taken");
+                Ok(numbers.iter().map(|n| n * 2).collect())
+            })
+        });
+        let batch = Batch::start("panicking", 1, run);
+        let failed = batch.ask(7).await;
+        assert!(
+            failed
+                .as_ref()
+                .is_err_and(|error| error.to_string().contains("panicked")),
+            "{failed:?}"
+        );
+        assert_eq!(batch.ask(4).await.ok(), Some(8), "the runner still answers");
+    }
 
     /// What the test batches saw: the size of each call, in order.
     type Calls = Arc<StdMutex<Vec<usize>>>;

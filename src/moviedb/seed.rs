@@ -92,7 +92,9 @@ pub async fn seed_synthetic(
     let mut movie_rows = Vec::with_capacity(BATCH);
     let mut mood_rows = Vec::with_capacity(BATCH * 2);
     for n in 1..=movies {
-        let id = first + n;
+        let id = first
+            .checked_add(n)
+            .context("movie ids past the largest the database takes")?;
         let rating = f64::from(rng.gen_range(10..=100u8)) / 10.0;
         movie_rows.push(vec![
             Cell::Int(id),
