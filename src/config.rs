@@ -52,13 +52,16 @@ pub struct ServeArgs {
     #[arg(long, env = "MOVIEDB_REDIS_PREFIX", default_value = "moviedb:")]
     pub redis_prefix: String,
 
-    /// Longest a Redis call may take before the request fails with -32603, in milliseconds.
-    #[arg(long, env = "MOVIEDB_REDIS_TIMEOUT_MS", default_value_t = 1000)]
+    /// Longest a Redis call may take before the request fails with -32603, in milliseconds (1
+    /// to 60,000).
+    #[arg(long, env = "MOVIEDB_REDIS_TIMEOUT_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub redis_timeout_ms: u64,
 
     /// With Redis: how often this replica counts what the store holds (pending continuations,
-    /// open legacy sessions) and what lapsed unread, for the metrics, in seconds.
-    #[arg(long, env = "MOVIEDB_REDIS_COUNT_SECS", default_value_t = 15)]
+    /// open legacy sessions) and what lapsed unread, for the metrics, in seconds (1 to 3,600).
+    #[arg(long, env = "MOVIEDB_REDIS_COUNT_SECS", default_value_t = 15,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub redis_count_secs: u64,
 
     /// Legacy (2025-11-25) sessions: how long a tool waits for the client's answer to an
@@ -99,8 +102,9 @@ pub struct ServeArgs {
     pub max_concurrent_requests: usize,
 
     /// Most request body bytes held at once across all requests being read and parsed; a request
-    /// that does not fit waits a second, then gets HTTP 503.
-    #[arg(long, env = "MOVIEDB_MAX_BUFFERED_BODY_BYTES", default_value_t = 64 * 1024 * 1024)]
+    /// that does not fit waits a second, then gets HTTP 503 (1 KiB to 64 GiB).
+    #[arg(long, env = "MOVIEDB_MAX_BUFFERED_BODY_BYTES", default_value_t = 64 * 1024 * 1024,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..=1 << 36))]
     pub max_buffered_body_bytes: usize,
 
     /// Most connections open at once; when reached, the connection idle the longest is closed.
@@ -113,35 +117,44 @@ pub struct ServeArgs {
     /// Most long-lived streams (subscriptions/listen, 2025-11-25 GET) open at once, at most the
     /// connection cap less one; more get HTTP 503. Default: half the connection cap, so requests
     /// always find connections.
-    #[arg(long, env = "MOVIEDB_MAX_STREAMS")]
+    #[arg(long, env = "MOVIEDB_MAX_STREAMS",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_streams: Option<usize>,
 
     /// Most long-lived streams one caller (a signed-in user, or an anonymous address) holds open
     /// at once; one more ends the caller's oldest.
-    #[arg(long, env = "MOVIEDB_MAX_STREAMS_PER_CALLER", default_value_t = 16)]
+    #[arg(long, env = "MOVIEDB_MAX_STREAMS_PER_CALLER", default_value_t = 16,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_streams_per_caller: usize,
 
-    /// Seconds a client has to send a request's headers before its connection is closed.
-    #[arg(long, env = "MOVIEDB_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
+    /// Seconds a client has to send a request's headers before its connection is closed (1 to
+    /// 3,600).
+    #[arg(long, env = "MOVIEDB_HEADER_READ_TIMEOUT_SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub header_read_timeout_secs: u64,
 
-    /// Seconds a client has to send a request's body once its headers are in (HTTP 408).
-    #[arg(long, env = "MOVIEDB_BODY_READ_TIMEOUT_SECS", default_value_t = 30)]
+    /// Seconds a client has to send a request's body once its headers are in (HTTP 408), 1 to
+    /// 3,600.
+    #[arg(long, env = "MOVIEDB_BODY_READ_TIMEOUT_SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub body_read_timeout_secs: u64,
 
     /// Seconds a connection may sit with no request and no traffic before it is closed (a
-    /// stream is a request until it ends).
-    #[arg(long, env = "MOVIEDB_IDLE_TIMEOUT_SECS", default_value_t = 60)]
+    /// stream is a request until it ends), 1 to 86,400.
+    #[arg(long, env = "MOVIEDB_IDLE_TIMEOUT_SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub idle_timeout_secs: u64,
 
     /// On SIGTERM or Ctrl-C, seconds the requests being served, and the tasks running, have to
-    /// finish (tasks still running then are recorded failed).
-    #[arg(long, env = "MOVIEDB_SHUTDOWN_GRACE_SECS", default_value_t = 20)]
+    /// finish (tasks still running then are recorded failed), at most 3,600.
+    #[arg(long, env = "MOVIEDB_SHUTDOWN_GRACE_SECS", default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub shutdown_grace_secs: u64,
 
-    /// Seconds between keep-alive comments on subscription streams (at most an hour).
+    /// Seconds between keep-alive comments on subscription streams (at most half an hour, well
+    /// inside the read timeouts of proxies, such as deploy/nginx.conf's hour).
     #[arg(long, env = "MOVIEDB_KEEPALIVE_SECS", default_value_t = 15,
-          value_parser = clap::value_parser!(u64).range(1..=3600))]
+          value_parser = clap::value_parser!(u64).range(1..=1800))]
     pub keepalive_secs: u64,
 
     /// Resource-server sign-in: the issuer URL of the OAuth 2.1 authorization server whose access
@@ -174,8 +187,9 @@ pub struct ServeArgs {
     pub metrics_bind: Option<SocketAddr>,
 
     /// Tasks (extension `io.modelcontextprotocol/tasks`): how long a task is kept after it was
-    /// created, in seconds (its `ttlMs`).
-    #[arg(long, env = "MOVIEDB_TASK_TTL_SECS", default_value_t = 3600)]
+    /// created, in seconds (its `ttlMs`), at most 30 days.
+    #[arg(long, env = "MOVIEDB_TASK_TTL_SECS", default_value_t = 3600,
+          value_parser = clap::value_parser!(u64).range(1..=MOST_TASK_TTL_SECS))]
     pub task_ttl_secs: u64,
 
     /// Tasks: how often clients are asked to poll a task, in milliseconds (`pollIntervalMs`), at
@@ -185,8 +199,10 @@ pub struct ServeArgs {
     pub task_poll_ms: u64,
 
     /// Tasks: how long a replica's hold on a running task lasts unless renewed, in milliseconds;
-    /// a replica that dies leaves its running tasks `failed` within this time.
-    #[arg(long, env = "MOVIEDB_TASK_LEASE_MS", default_value_t = 15_000)]
+    /// a replica that dies leaves its running tasks `failed` within this time. From 300 (a
+    /// third of it apart is renewed: well above a store round trip) to 600,000.
+    #[arg(long, env = "MOVIEDB_TASK_LEASE_MS", default_value_t = 15_000,
+          value_parser = clap::value_parser!(u64).range(300..=MOST_TASK_LEASE_MS))]
     pub task_lease_ms: u64,
 
     /// Tasks: most tasks this replica runs at once (a summary task holds one LLM provider
@@ -216,16 +232,16 @@ impl ServeArgs {
             memory_capacity: self.continuation_capacity,
             share_per_owner: self.share_per_caller,
             redis: self.redis(),
-            redis_count_every: Duration::from_secs(self.redis_count_secs.max(1)),
+            redis_count_every: Duration::from_secs(self.redis_count_secs),
             allowed_origins: self.allowed_origins.clone(),
             loopback: self.bind.ip().is_loopback(),
             max_body_bytes: self.max_body_bytes,
             keepalive: Duration::from_secs(self.keepalive_secs),
             max_concurrent_requests: self.max_concurrent_requests,
             max_buffered_body_bytes: self.max_buffered_body_bytes,
-            body_read_timeout: Duration::from_secs(self.body_read_timeout_secs.max(1)),
-            header_read_timeout: Duration::from_secs(self.header_read_timeout_secs.max(1)),
-            idle_timeout: Duration::from_secs(self.idle_timeout_secs.max(1)),
+            body_read_timeout: Duration::from_secs(self.body_read_timeout_secs),
+            header_read_timeout: Duration::from_secs(self.header_read_timeout_secs),
+            idle_timeout: Duration::from_secs(self.idle_timeout_secs),
             max_connections: self.max_connections,
             max_streams: self.max_streams,
             max_streams_per_owner: self.max_streams_per_caller,
@@ -234,10 +250,9 @@ impl ServeArgs {
             legacy_session_idle: Duration::from_secs(self.legacy_session_idle_secs),
             legacy_session_max: Duration::from_secs(self.legacy_session_max_secs),
             tasks: mcp_mrtr::tasks::TaskSettings {
-                ttl: Duration::from_secs(self.task_ttl_secs.clamp(1, MOST_TASK_TTL_SECS)),
+                ttl: Duration::from_secs(self.task_ttl_secs),
                 poll_interval: Duration::from_millis(self.task_poll_ms),
-                // A third of it apart is renewed: keep it well above a store round trip.
-                lease: Duration::from_millis(self.task_lease_ms.clamp(300, MOST_TASK_LEASE_MS)),
+                lease: Duration::from_millis(self.task_lease_ms),
                 max_running: self.task_max_running,
             },
             ..mcp_mrtr::service::Settings::default()
@@ -251,7 +266,7 @@ impl ServeArgs {
             .map(|url| crate::store::RedisStoreConfig {
                 url: url.clone(),
                 prefix: self.redis_prefix.clone(),
-                timeout: Duration::from_millis(self.redis_timeout_ms.max(1)),
+                timeout: Duration::from_millis(self.redis_timeout_ms),
                 cluster: self.redis_cluster,
             })
     }

@@ -72,8 +72,9 @@ const MAX_TOKEN_HOURS: u64 = 24 * 365;
 enum Command {
     /// Prints a bearer token for a user, creating the user if needed.
     Token {
-        /// The user name the token signs in as (not empty).
-        #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+        /// The user name the token signs in as: not empty, at most 255 bytes, no control
+        /// characters.
+        #[arg(long, value_parser = user_name)]
         user: String,
         /// Hours the token stays valid, at most a year (8760).
         #[arg(long, default_value_t = 24 * 30, value_parser = clap::value_parser!(u64).range(1..=MAX_TOKEN_HOURS))]
@@ -90,6 +91,14 @@ enum Command {
               value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
         reviews: u64,
     },
+}
+
+/// A user name the server would accept as a token's subject.
+fn user_name(name: &str) -> Result<String, String> {
+    match moviedb_mcp::auth::user_name_refusal(name) {
+        Some(refusal) => Err(format!("the user name {refusal}")),
+        None => Ok(name.to_owned()),
+    }
 }
 
 #[tokio::main]

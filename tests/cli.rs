@@ -106,9 +106,12 @@ fn the_readme_lists_every_flag_of_help_with_its_variable() {
 }
 
 #[test]
-fn token_refuses_an_empty_user_and_an_endless_lifetime() {
+fn token_refuses_a_user_name_no_token_could_carry_and_an_endless_lifetime() {
+    let long_name = "a".repeat(256);
     for args in [
         &["token", "--user", ""][..],
+        &["token", "--user", &long_name],
+        &["token", "--user", "tab\tbed"],
         &["token", "--user", "alice", "--hours", "0"],
         &["token", "--user", "alice", "--hours", "8761"],
         &[
@@ -128,8 +131,11 @@ fn token_refuses_an_empty_user_and_an_endless_lifetime() {
         );
         assert!(output.stdout.is_empty(), "{args:?} prints no token");
     }
-    let output = moviedb(&["token", "--user", "alice", "--hours", "8760"]);
-    assert!(output.status.success(), "a year is allowed: {output:?}");
+    let output = moviedb(&["token", "--user", &"a".repeat(255), "--hours", "8760"]);
+    assert!(
+        output.status.success(),
+        "a year, and a name of 255 bytes, are allowed: {output:?}"
+    );
     let token = String::from_utf8_lossy(&output.stdout);
     assert_eq!(token.trim().split('.').count(), 3, "a JWT: {token}");
 }
@@ -185,7 +191,7 @@ fn values_that_would_break_the_server_stop_it_at_start_naming_the_range() {
         ("--max-body-bytes", endless, "1024..=1073741824"),
         ("--max-concurrent-requests", endless, "1..=1000000"),
         ("--max-connections", "1", "2.."),
-        ("--keepalive-secs", endless, "1..=3600"),
+        ("--keepalive-secs", "3600", "1..=1800"),
         ("--auth-leeway-secs", "2000000000", "0..=300"),
         ("--auth-key-refresh-secs", "86400", "1..=3600"),
         ("--state-ttl-secs", endless, "1..=604800"),
@@ -197,6 +203,17 @@ fn values_that_would_break_the_server_stop_it_at_start_naming_the_range() {
         ("--fallback-cache-ttl-secs", endless, "1..=2592000"),
         ("--continuation-capacity", "0", "1.."),
         ("--share-per-caller", "0", "1.."),
+        ("--task-ttl-secs", "0", "1..=2592000"),
+        ("--task-lease-ms", "100", "300..=600000"),
+        ("--max-streams", "0", "1.."),
+        ("--max-streams-per-caller", "0", "1.."),
+        ("--header-read-timeout-secs", "0", "1..=3600"),
+        ("--body-read-timeout-secs", endless, "1..=3600"),
+        ("--idle-timeout-secs", "0", "1..=86400"),
+        ("--shutdown-grace-secs", endless, "0..=3600"),
+        ("--redis-timeout-ms", "0", "1..=60000"),
+        ("--redis-count-secs", "0", "1..=3600"),
+        ("--max-buffered-body-bytes", "10", "1024..=68719476736"),
     ] {
         // Were the value taken, the server would stop anyway, at its unreachable Redis.
         let output = moviedb(&["--redis-url", "redis://127.0.0.1:1", flag, value]);

@@ -47,6 +47,7 @@ on_both_backends!(
     recommendations_are_the_best_rated_movies_for_the_mood_in_a_stable_order,
     an_unknown_mood_is_a_tool_error,
     a_change_to_the_catalogue_shows_in_the_next_answer,
+    a_catalogue_whose_version_went_back_is_read_afresh,
     exclude_watched_leaves_out_only_what_this_user_watched,
     movies_with_too_few_reviews_get_counts_only,
     reviews_are_summarized_with_their_band_themes_and_average,
@@ -54,6 +55,7 @@ on_both_backends!(
     the_watch_list_needs_a_signed_in_user,
     add_needs_exactly_one_of_movie_and_tv_show,
     adding_an_unknown_title_names_it_without_asking,
+    a_renamed_or_deleted_title_shows_in_the_next_answer,
     add_with_a_status_saves_at_once,
     a_write_that_fails_half_way_saves_nothing_and_can_be_retried,
     an_item_the_database_refuses_fails_alone_not_with_the_items_saved_beside_it,
@@ -70,6 +72,15 @@ on_both_backends!(
     the_seed_subcommand_adds_a_synthetic_catalogue,
     ids_are_strings_and_integers_are_still_accepted,
 );
+
+/// PostgreSQL only: its lock time limit is a setting of the server's connections.
+mod postgres_only {
+    #[tokio::test]
+    async fn an_addition_waiting_on_a_row_locked_elsewhere_fails_in_time_and_can_be_retried() {
+        super::an_addition_waiting_on_a_row_locked_elsewhere_fails_in_time_and_can_be_retried()
+            .await;
+    }
+}
 
 /// What the tool description promises: up to 20 movies.
 const RECOMMENDATION_LIMIT: usize = 20;
@@ -160,12 +171,7 @@ async fn a_change_to_the_catalogue_shows_in_the_next_answer(backend: Backend) {
     // Another writer (an operator, another process) makes the last comedy the best rated, and
     // writes a review: the next answers show both, without waiting for anything to expire.
     let database = server.database().await;
-    sqlx::query("UPDATE movies SET rating = 10 WHERE id = $1")
-        .bind(last)
-        .execute(&database)
-        .await
-        .expect("rate the movie");
-    let after = recommend(&user, json!({"mood": "COMEDY"})).await;
+    let after = rate_ten_then_recommend_comedies(&database, &user, last).await;
     assert_eq!(
         ids(&after).first(),
         Some(&last),
@@ -187,6 +193,42 @@ async fn a_change_to_the_catalogue_shows_in_the_next_answer(backend: Backend) {
         "the new review is counted at once"
     );
     database.close().await;
+}
+
+async fn a_catalogue_whose_version_went_back_is_read_afresh(backend: Backend) {
+    let server = MovieServer::start(backend).await;
+    let user = server.anonymous();
+    let before = recommend(&user, json!({"mood": "COMEDY"})).await;
+    let last = *ids(&before).last().expect("some comedies are recommended");
+    let database = server.database().await;
+    // The database is put back to an earlier version (as a restore from a backup would), the
+    // server reads it, then a change brings the counter back to where it was.
+    sqlx::query("UPDATE catalogue_version SET version = version - 1")
+        .execute(&database)
+        .await
+        .expect("set the version back");
+    recommend(&user, json!({"mood": "COMEDY"})).await;
+    let after = rate_ten_then_recommend_comedies(&database, &user, last).await;
+    assert_eq!(
+        ids(&after).first(),
+        Some(&last),
+        "what was read before the version went back is not served: {after:?}"
+    );
+    database.close().await;
+}
+
+/// Rates `movie` 10 in the database, as an operator would, then asks for comedies.
+async fn rate_ten_then_recommend_comedies(
+    database: &sqlx::AnyPool,
+    user: &Session,
+    movie: i64,
+) -> Vec<Value> {
+    sqlx::query("UPDATE movies SET rating = 10 WHERE id = $1")
+        .bind(movie)
+        .execute(database)
+        .await
+        .expect("rate the movie");
+    recommend(user, json!({"mood": "COMEDY"})).await
 }
 
 async fn an_unknown_mood_is_a_tool_error(backend: Backend) {
@@ -494,6 +536,53 @@ async fn adding_an_unknown_title_names_it_without_asking(backend: Backend) {
     assert!(alice.watchlist().await.is_empty(), "nothing was added");
 }
 
+async fn a_renamed_or_deleted_title_shows_in_the_next_answer(backend: Backend) {
+    const RENAMED: i64 = 6;
+    const DELETED: i64 = 7;
+    let server = MovieServer::start(backend).await;
+    let alice = server.user("alice");
+    let database = server.database().await;
+    // Round one of a conversation about a movie an operator then deletes.
+    let arguments = json!({"subject": {"movieId": DELETED.to_string()}});
+    let state = status_question(&alice.call("addToWatchlist", arguments.clone()).await);
+
+    sqlx::query("UPDATE movies SET title = 'The Godfather (Restored)' WHERE id = $1")
+        .bind(RENAMED)
+        .execute(&database)
+        .await
+        .expect("rename the movie");
+    sqlx::query("DELETE FROM movies WHERE id = $1")
+        .bind(DELETED)
+        .execute(&database)
+        .await
+        .expect("delete the movie");
+
+    let renamed = add(&alice, json!({"movieId": RENAMED.to_string()}), "WATCHED").await;
+    assert_eq!(
+        renamed["content"]["title"], "The Godfather (Restored)",
+        "the answer names the title as it is now: {renamed}"
+    );
+    let answer = json!({"status": accept(json!({"status": "WATCHED"}))});
+    let gone = alice
+        .retry("addToWatchlist", arguments.clone(), answer, &state)
+        .await;
+    let text = tool_error(&gone);
+    assert!(
+        text.contains(&format!("There is no movie {DELETED}")),
+        "the answer says the movie is gone: {text:?}"
+    );
+    let again = alice.call("addToWatchlist", arguments).await;
+    let text = tool_error(&again);
+    assert!(
+        text.contains(&format!("There is no movie {DELETED}")),
+        "a new conversation is told at once: {text:?}"
+    );
+    let list = alice.watchlist().await;
+    assert_eq!(list.len(), 1, "only the renamed movie was added: {list:?}");
+    assert_eq!(list[0]["content"]["title"], "The Godfather (Restored)");
+    database.close().await;
+}
+
 async fn add_with_a_status_saves_at_once(backend: Backend) {
     let server = MovieServer::start(backend).await;
     let alice = server.user("alice");
@@ -694,6 +783,29 @@ async fn writer_took_it(database: &sqlx::AnyPool, waiting: usize) -> bool {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     false
+}
+
+async fn an_addition_waiting_on_a_row_locked_elsewhere_fails_in_time_and_can_be_retried() {
+    let server = MovieServer::start(Backend::Postgres).await;
+    let dave = server.user("dave");
+    add(&dave, json!({"movieId": "6"}), "WATCHED").await;
+    // Another session (an operator's open transaction) holds dave's user row.
+    let database = server.database().await;
+    let mut holding = database.begin().await.expect("begin");
+    sqlx::query("SELECT id FROM users WHERE name = 'dave' FOR UPDATE")
+        .fetch_all(&mut *holding)
+        .await
+        .expect("lock dave's row");
+
+    let arguments = json!({"subject": {"movieId": "7"}, "status": "WANT_TO_WATCH"});
+    let waited = dave.call("addToWatchlist", arguments.clone()).await;
+    assert_rpc_error(&waited, -32603);
+    holding.rollback().await.expect("release the row");
+
+    let saved = saved_item(&dave.call("addToWatchlist", arguments).await).clone();
+    assert_eq!(saved["status"], "WANT_TO_WATCH", "{saved}");
+    assert_eq!(dave.watchlist().await.len(), 2, "the retry saved it once");
+    database.close().await;
 }
 
 async fn add_without_a_status_asks_first_and_saves_watched(backend: Backend) {
@@ -1104,10 +1216,14 @@ async fn invalid_and_expired_tokens_are_refused_with_401(backend: Backend) {
         now,
         now + 3600,
     );
+    let long_subject = sign_token(server.secret.as_bytes(), &"c".repeat(256), now, now + 3600);
+    let nul_subject = sign_token(server.secret.as_bytes(), "carol\u{0}", now, now + 3600);
     for (what, token) in [
         ("not a JWT", "not-a-jwt".to_owned()),
         ("signed with another secret", foreign),
         ("expired an hour ago", expired),
+        ("whose subject is 256 bytes long", long_subject),
+        ("whose subject holds a NUL", nul_subject),
     ] {
         let session = server.with_token(&token);
         for (tool, arguments) in [

@@ -335,6 +335,8 @@ async fn every_kind_of_bad_token_is_refused_with_401_and_a_challenge() {
         URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT"}"#)
     );
     let expired = authority.token("tests-short", &resource, &both).await;
+    // A client whose id, its tokens' subject, is 256 bytes long.
+    let long_subject = format!("{:x<256}", "tests-long-subject-");
 
     let cases = [
         (
@@ -357,6 +359,11 @@ async fn every_kind_of_bad_token_is_refused_with_401_and_a_challenge() {
         ("a bad signature", bad_signature, "signature"),
         ("alg none", alg_none, "signed JWT"),
         ("not a token at all", "not-a-jwt".to_owned(), "signed JWT"),
+        (
+            "a subject of 256 bytes",
+            authority.token(&long_subject, &resource, &both).await,
+            "longer than 255 bytes",
+        ),
     ];
     // Past the token's second of life and the server's second of leeway.
     tokio::time::sleep(Duration::from_millis(3_200)).await;

@@ -1,6 +1,8 @@
 // A real OAuth 2.1 authorization server for tests/sign_in.rs: oidc-provider with resource
 // indicators (RFC 8707) and JWT access tokens, and client-credentials clients that get their
-// tokens signed with RS256, ES256 or EdDSA, or that expire after a second.
+// tokens signed with RS256, ES256 or EdDSA, or that expire after a second. A client's tokens
+// name it as their subject; one client's id is 256 bytes long, more than a resource server
+// should take as a user name.
 //
 //     node authorization_server.mjs PORT KEYS_FILE
 //
@@ -35,6 +37,7 @@ const clients = {
     'tests-es256': ['ES256', 600],
     'tests-eddsa': ['EdDSA', 600],
     'tests-short': ['ES256', 1],
+    ['tests-long-subject-'.padEnd(256, 'x')]: ['ES256', 600],
 };
 const SCOPES = 'movies:read watchlist:write';
 

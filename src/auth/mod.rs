@@ -16,6 +16,25 @@ pub const READ_SCOPE: &str = "movies:read";
 /// The scope of `addToWatchlist`.
 pub const WRITE_SCOPE: &str = "watchlist:write";
 
+/// Longest user name a token's subject may carry, in bytes. User names are keys of the database
+/// (PostgreSQL refuses index entries past about 2.7 KB); real subjects are far shorter.
+pub const MOST_SUBJECT_BYTES: usize = 255;
+
+/// Why `name` cannot name a user of this server, if it cannot ("is empty", "is longer than …",
+/// "holds control characters": PostgreSQL refuses NUL in text, and line breaks could forge log
+/// lines).
+pub fn user_name_refusal(name: &str) -> Option<String> {
+    if name.is_empty() {
+        Some("is empty".into())
+    } else if name.len() > MOST_SUBJECT_BYTES {
+        Some(format!("is longer than {MOST_SUBJECT_BYTES} bytes"))
+    } else if name.chars().any(char::is_control) {
+        Some("holds control characters".into())
+    } else {
+        None
+    }
+}
+
 /// Development sign-in: users by `Authorization: Bearer <JWT>` (HS256, the shared secret). No
 /// header means anonymous; a bad or expired token is refused. Tokens carry no scopes.
 pub struct JwtAuthenticator {
@@ -49,8 +68,10 @@ impl Authenticator for JwtAuthenticator {
         };
         let data = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation)
             .map_err(|e| AuthError::new(format!("invalid token: {e}")))?;
-        if data.claims.sub.is_empty() {
-            return Err(AuthError::new("invalid token: empty subject"));
+        if let Some(refusal) = user_name_refusal(&data.claims.sub) {
+            return Err(AuthError::new(format!(
+                "invalid token: its subject {refusal}"
+            )));
         }
         Ok(Caller::unlimited(Principal::User(data.claims.sub)))
     }

@@ -236,7 +236,10 @@ impl Authenticator for ResourceServer {
         let mut last_error = None;
         for key in &keys {
             match jsonwebtoken::decode::<Claims>(token, key, &validation) {
-                Ok(data) if !data.claims.sub.is_empty() => {
+                Ok(data) => {
+                    if let Some(refusal) = super::user_name_refusal(&data.claims.sub) {
+                        return Err(self.refuse(&format!("the token's subject {refusal}")));
+                    }
                     let scopes = data
                         .claims
                         .scope
@@ -249,7 +252,6 @@ impl Authenticator for ResourceServer {
                         scopes: Some(scopes),
                     });
                 }
-                Ok(_) => return Err(self.refuse("the token has an empty subject")),
                 Err(e) => last_error = Some(e),
             }
         }

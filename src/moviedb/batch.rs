@@ -5,9 +5,16 @@
 //! refusals: when the database refuses a row of a call (a constraint, a trigger), that call's
 //! requests are tried again one by one, so that one bad request does not fail the others it
 //! travelled with.
+//!
+//! A read that takes longer than [`READ_TIME_LIMIT`] fails the requests it carries (a stalled
+//! connection would otherwise hold them, and every request queued behind). Writes have no such
+//! limit here: a write given up on this side may still commit on the database's, and its callers
+//! would be told it failed. The database bounds them instead (PostgreSQL's statement and lock
+//! time limits, SQLite's busy timeout; see `catalogue`).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
@@ -20,15 +27,37 @@ use tracing::Instrument as _;
 /// Most requests one call carries (each adds a row of parameters to its statement).
 pub const MOST_PER_CALL: usize = 32;
 
+/// Longest a read may take before its requests fail: past the pool's wait for a connection
+/// (10 s) and PostgreSQL's own statement limit (30 s) together, so that the database's answer,
+/// when it gives one, is the one reported. A connection whose read was cut short this way is
+/// checked before it serves again, and on a connection that stopped answering that check waits
+/// for the operating system to give the connection up.
+pub const READ_TIME_LIMIT: Duration = Duration::from_secs(45);
+
 /// A database failure shared by every request of the call that failed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(transparent)]
 pub struct DatabaseError(Arc<sqlx::Error>);
 
+impl DatabaseError {
+    /// Whether the database refused a row for naming one that does not exist.
+    pub fn is_foreign_key_violation(&self) -> bool {
+        matches!(&*self.0, sqlx::Error::Database(error)
+            if error.kind() == ErrorKind::ForeignKeyViolation)
+    }
+}
+
 impl From<sqlx::Error> for DatabaseError {
     fn from(error: sqlx::Error) -> Self {
         Self(Arc::new(error))
     }
+}
+
+/// What a batch's calls do, which decides how they are cut short and retried.
+#[derive(Clone, Copy)]
+enum Kind {
+    Reads { time_limit: Duration },
+    Writes,
 }
 
 struct Job<Request, Answer> {
@@ -43,34 +72,37 @@ pub struct Batch<Request, Answer> {
     name: &'static str,
 }
 
-/// What answers a batch: one answer per request, in order. In a batch that isolates refusals, a
-/// call that fails must leave nothing written, as its requests are tried again one by one.
+/// What answers a batch: one answer per request, in order. In a batch of writes, a call that
+/// fails must leave nothing written, as its requests are tried again one by one.
 pub type Run<Request, Answer> =
     Arc<dyn Fn(Arc<[Request]>) -> BoxFuture<'static, sqlx::Result<Vec<Answer>>> + Send + Sync>;
 
 impl<Request: Clone + Send + Sync + 'static, Answer: Send + 'static> Batch<Request, Answer> {
-    /// Starts `calls` runners on the current runtime; they stop when the batch is dropped.
-    /// `name` labels the batch's statements in the metrics. A failed call fails every request
-    /// it carried.
-    pub fn start(name: &'static str, calls: usize, run: Run<Request, Answer>) -> Self {
-        Self::spawn(name, calls, run, false)
-    }
-
-    /// Like [`start`](Self::start), but a call the database failed by refusing a row is tried
-    /// again request by request, in order, so that only the requests it refuses fail.
-    pub fn start_isolating_refusals(
+    /// Starts `calls` runners of reads on the current runtime; they stop when the batch is
+    /// dropped. `name` labels the batch's statements in the metrics. A failed call, or one past
+    /// `time_limit`, fails every request it carried; a request whose caller went away before
+    /// its turn is not read.
+    pub fn start_reads(
         name: &'static str,
         calls: usize,
+        time_limit: Duration,
         run: Run<Request, Answer>,
     ) -> Self {
-        Self::spawn(name, calls, run, true)
+        Self::spawn(name, calls, run, Kind::Reads { time_limit })
     }
 
-    fn spawn(name: &'static str, calls: usize, run: Run<Request, Answer>, isolate: bool) -> Self {
+    /// Starts `calls` runners of writes. A call the database failed by refusing a row is tried
+    /// again request by request, in order, so that only the requests it refuses fail. Every
+    /// request is written, even when its caller went away.
+    pub fn start_writes(name: &'static str, calls: usize, run: Run<Request, Answer>) -> Self {
+        Self::spawn(name, calls, run, Kind::Writes)
+    }
+
+    fn spawn(name: &'static str, calls: usize, run: Run<Request, Answer>, kind: Kind) -> Self {
         let (queue, waiting) = mpsc::channel(MOST_PER_CALL * calls.max(1) * 8);
         let waiting = Arc::new(Mutex::new(waiting));
         for _ in 0..calls.max(1) {
-            tokio::spawn(runner(name, waiting.clone(), run.clone(), isolate));
+            tokio::spawn(runner(name, waiting.clone(), run.clone(), kind));
         }
         Self { queue, name }
     }
@@ -102,7 +134,7 @@ async fn runner<Request: Clone, Answer>(
     name: &'static str,
     waiting: Arc<Mutex<mpsc::Receiver<Job<Request, Answer>>>>,
     run: Run<Request, Answer>,
-    isolate: bool,
+    kind: Kind,
 ) {
     loop {
         let jobs = {
@@ -119,14 +151,44 @@ async fn runner<Request: Clone, Answer>(
             }
             jobs
         };
+        let jobs = match kind {
+            Kind::Reads { .. } => jobs
+                .into_iter()
+                .filter(|job| !job.reply.is_closed())
+                .collect(),
+            Kind::Writes => jobs,
+        };
+        if jobs.is_empty() {
+            continue;
+        }
         let (requests, replies): (Vec<_>, Vec<_>) =
             jobs.into_iter().map(|job| (job.request, job.reply)).unzip();
         let requests: Arc<[Request]> = requests.into();
         metrics::histogram!("moviedb_sql_batch_size", "batch" => name)
             .record(requests.len() as f64);
         let started = std::time::Instant::now();
-        match call(name, &run, requests.clone()).await {
-            Err(error) if isolate && requests.len() > 1 && refuses_a_row(&error) => {
+        let answers = match kind {
+            Kind::Reads { time_limit } => {
+                tokio::time::timeout(time_limit, call(name, &run, requests.clone()))
+                    .await
+                    .unwrap_or_else(|_| {
+                        tracing::warn!(
+                            batch = name,
+                            requests = requests.len(),
+                            ?time_limit,
+                            "a database read took too long; its requests fail"
+                        );
+                        Err(sqlx::Error::Protocol(format!(
+                            "the database did not answer the {name} query within {time_limit:?}"
+                        )))
+                    })
+            }
+            Kind::Writes => call(name, &run, requests.clone()).await,
+        };
+        match answers {
+            Err(error)
+                if matches!(kind, Kind::Writes) && requests.len() > 1 && refuses_a_row(&error) =>
+            {
                 tracing::warn!(batch = name, %error, requests = requests.len(),
                     "the database refused a row of a grouped statement; trying its requests one by one");
                 metrics::counter!("moviedb_sql_batch_splits_total", "batch" => name).increment(1);
@@ -256,19 +318,95 @@ mod tests {
                 Ok(numbers.iter().map(|n| n * 2).collect())
             })
         });
-        let batch = Batch::start("panicking", 1, run);
+        let batch = Batch::start_writes("panicking", 1, run);
+        seven_fails_then_four_is_doubled(&batch, "panicked").await;
+    }
+
+    /// Asking for 7 fails with `saying` in the error; the runner then still answers 4 with 8.
+    async fn seven_fails_then_four_is_doubled(batch: &Batch<u32, u32>, saying: &str) {
         let failed = batch.ask(7).await;
         assert!(
             failed
                 .as_ref()
-                .is_err_and(|error| error.to_string().contains("panicked")),
+                .is_err_and(|error| error.to_string().contains(saying)),
             "{failed:?}"
         );
         assert_eq!(batch.ask(4).await.ok(), Some(8), "the runner still answers");
     }
 
+    #[tokio::test]
+    async fn a_read_past_its_time_limit_fails_its_requests_and_the_batch_goes_on() {
+        // Reading 7 never ends, as a query on a stalled connection would not.
+        let run: Run<u32, u32> = Arc::new(|numbers: Arc<[u32]>| {
+            Box::pin(async move {
+                if numbers.contains(&7) {
+                    std::future::pending::<()>().await;
+                }
+                Ok(numbers.iter().map(|n| n * 2).collect())
+            })
+        });
+        let batch = Batch::start_reads("stalling", 1, Duration::from_millis(50), run);
+        seven_fails_then_four_is_doubled(&batch, "did not answer").await;
+    }
+
+    #[tokio::test]
+    async fn a_read_whose_caller_went_away_is_not_made() {
+        let (calls, gate): (Calls, _) = (Calls::default(), Arc::new(Semaphore::new(0)));
+        let run: Run<u32, u32> = {
+            let (calls, gate) = (calls.clone(), gate.clone());
+            Arc::new(move |numbers: Arc<[u32]>| {
+                let (calls, gate) = (calls.clone(), gate.clone());
+                Box::pin(async move {
+                    note_the_call(&calls, &gate, numbers.len()).await;
+                    Ok(numbers.iter().map(|n| n * 2).collect())
+                })
+            })
+        };
+        let batch = Arc::new(Batch::start_reads("abandoned", 1, READ_TIME_LIMIT, run));
+        let held = tokio::spawn({
+            let batch = batch.clone();
+            async move { batch.ask(1).await }
+        });
+        while calls.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        // Two callers queue behind the held call; one hangs up before its turn.
+        let abandoned = tokio::spawn({
+            let batch = batch.clone();
+            async move { batch.ask(2).await }
+        });
+        let kept = tokio::spawn({
+            let batch = batch.clone();
+            async move { batch.ask(3).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        abandoned.abort();
+        let _ = abandoned.await;
+        gate.add_permits(1);
+        assert_eq!(held.await.unwrap().ok(), Some(2));
+        assert_eq!(kept.await.unwrap().ok(), Some(6));
+        assert_eq!(
+            *calls.lock().unwrap(),
+            vec![1, 1],
+            "the second call carried only the caller still waiting"
+        );
+    }
+
     /// What the test batches saw: the size of each call, in order.
     type Calls = Arc<StdMutex<Vec<usize>>>;
+
+    /// Notes a call of `size` requests; the first call then waits for `gate`, so that the
+    /// requests sent meanwhile go together in the next one.
+    async fn note_the_call(calls: &Calls, gate: &Semaphore, size: usize) {
+        let first = {
+            let mut calls = calls.lock().unwrap();
+            calls.push(size);
+            calls.len() == 1
+        };
+        if first {
+            let _ = gate.acquire().await;
+        }
+    }
 
     /// A batch that writes numbers into a real SQLite table refusing 13 (a check constraint)
     /// and answers their doubles; `failure`, when given, fails every call instead. Its first
@@ -291,14 +429,7 @@ mod tests {
         let run: Run<u32, u32> = Arc::new(move |numbers: Arc<[u32]>| {
             let (calls, gate, pool) = (calls.clone(), gate.clone(), pool.clone());
             Box::pin(async move {
-                let first = {
-                    let mut calls = calls.lock().unwrap();
-                    calls.push(numbers.len());
-                    calls.len() == 1
-                };
-                if first {
-                    let _ = gate.acquire().await;
-                }
+                note_the_call(&calls, &gate, numbers.len()).await;
                 if let Some(failure) = failure {
                     return Err(failure());
                 }
@@ -311,7 +442,7 @@ mod tests {
                 Ok(numbers.iter().map(|n| n * 2).collect())
             })
         });
-        Batch::start_isolating_refusals("doubling", 1, run)
+        Batch::start_writes("doubling", 1, run)
     }
 
     /// Asks for 100 alone, then for `grouped` together once the first call holds the runner.

@@ -1,11 +1,11 @@
 //! The catalogue in SQL: connecting (SQLite file or PostgreSQL), migrating, and every query the
 //! tools make. One set of queries serves both databases through sqlx's `Any` driver.
 //!
-//! Titles never change once written, so they are kept in memory ([`Titles`]). Mood rankings and
-//! reviews are kept in memory for as long as the catalogue's version stays the same ([`Fresh`]).
-//! The watch-list checks and additions of concurrent callers go to the database together, a group
-//! per statement ([`watchlist_batches`]): a round trip of `addToWatchlist` takes part in one read
-//! (is the title listed?) and one write (the user and the item).
+//! Mood rankings and reviews are kept in memory for as long as the catalogue's version stays the
+//! same ([`Fresh`]). The watch-list checks and additions of concurrent callers go to the database
+//! together, a group per statement ([`watchlist_batches`]): a conversation of `addToWatchlist`
+//! takes part in one read (the title's name, and is it listed?) and one write (the user and the
+//! item).
 //!
 //! On SQLite, writes go through one connection and reads through others: SQLite lets one writer
 //! in at a time, and writers queueing on its lock would sleep in its busy handler instead of
@@ -17,30 +17,41 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
-use sqlx::{AnyPool, Row};
+use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, Connection as _, Row};
 
 use super::batch::{Batch, DatabaseError};
 use super::catalogue_batches;
-use super::fresh::Fresh;
+use super::fresh::{Fresh, Version};
 use super::model::{
     Id, ItemContent, Mood, MovieSummary, Review, Title, WatchStatus, WatchlistItem,
 };
-use super::titles::Titles;
-use super::watchlist_batches::{self, ListedCheck, NewItem};
+use super::watchlist_batches::{self, ListedCheck, NewItem, OnList};
 
 /// SQLite connections for reads; writes have one of their own.
 const SQLITE_READERS: u32 = 4;
 /// PostgreSQL connections, shared by reads and writes.
 const POSTGRES_CONNECTIONS: u32 = 16;
+/// Longest a PostgreSQL statement may run before the server ends it.
+const POSTGRES_STATEMENT_LIMIT: Duration = Duration::from_secs(30);
+/// Longest a PostgreSQL statement may wait for a lock.
+const POSTGRES_LOCK_LIMIT: Duration = Duration::from_secs(10);
+/// Prepared statements each PostgreSQL connection keeps: above the statements the batches make
+/// (one per group size, up to `batch::MOST_PER_CALL`, for each kind), so that none is prepared
+/// again and again (sqlx's default keeps 100).
+const POSTGRES_PREPARED: usize = 256;
 /// Groups of watch-list checks, and of additions, under way at once on PostgreSQL (on SQLite:
 /// one per reader, and one for the single writer).
 const POSTGRES_BATCHES: usize = 4;
 
-/// Adding a title the viewer already has on the list.
+/// Why an item was not added.
 #[derive(Debug, thiserror::Error)]
 pub enum AddError {
+    /// The viewer already has the title on the list.
     #[error("{0} is already in your watch list")]
     AlreadyListed(String),
+    /// The title was deleted since it was checked.
+    #[error("there is no {}", .0.describe())]
+    NoSuchTitle(Title),
     #[error(transparent)]
     Database(#[from] DatabaseError),
 }
@@ -48,21 +59,19 @@ pub enum AddError {
 pub struct Catalogue {
     /// Reads: several SQLite connections, or the PostgreSQL pool.
     reader: AnyPool,
-    /// Writes and migrations: one SQLite connection, or the same PostgreSQL pool.
+    /// Writes (and, on SQLite, migrations): one SQLite connection, or the same PostgreSQL pool.
     writer: AnyPool,
-    titles: Titles,
-    versions: Batch<(), i64>,
+    versions: Batch<(), Version>,
     recommendations: Batch<Mood, Arc<[MovieSummary]>>,
     recommended: Fresh<Mood, Arc<[MovieSummary]>>,
     reviews: Batch<i64, Arc<[Review]>>,
     reviewed: Fresh<i64, Arc<[Review]>>,
-    listed_checks: Batch<ListedCheck, bool>,
+    listed_checks: Batch<ListedCheck, OnList>,
     additions: Batch<NewItem, Option<i64>>,
 }
 
 impl Catalogue {
-    /// Connects to `url` (`sqlite://…` or `postgres://…`), brings the schema up to date and loads
-    /// the titles.
+    /// Connects to `url` (`sqlite://…` or `postgres://…`) and brings the schema up to date.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
         install_default_drivers();
         let postgres = url.starts_with("postgres:") || url.starts_with("postgresql:");
@@ -71,9 +80,15 @@ impl Catalogue {
             postgres || sqlite,
             "DATABASE_URL must start with sqlite: or postgres:"
         );
+        let pool_url = if postgres {
+            with_statement_cache(url)
+        } else {
+            url.to_owned()
+        };
+        let pool_url = pool_url.as_str();
         let open = |connections: u32| async move {
             pool_options(sqlite, connections)
-                .connect(url)
+                .connect(pool_url)
                 .await
                 .with_context(|| format!("cannot open the database at {}", redact(url)))
         };
@@ -89,11 +104,18 @@ impl Catalogue {
                 .context("migrating the SQLite database")?;
             (open(SQLITE_READERS).await?, writer)
         } else {
-            let pool = open(POSTGRES_CONNECTIONS).await?;
+            // Migrations run on a connection of their own, free of the time limits the pool's
+            // connections set (a migration may rightly take longer than any request should).
+            let mut migrating = AnyConnection::connect(url)
+                .await
+                .with_context(|| format!("cannot open the database at {}", redact(url)))?;
             sqlx::migrate!("migrations/postgres")
-                .run(&pool)
+                .run(&mut migrating)
                 .await
                 .context("migrating the PostgreSQL database")?;
+            // Migrated: a failure to say goodbye is no reason not to serve.
+            let _ = migrating.close().await;
+            let pool = open(POSTGRES_CONNECTIONS).await?;
             (pool.clone(), pool)
         };
         let (reads, writes) = if postgres {
@@ -111,9 +133,7 @@ impl Catalogue {
             additions: watchlist_batches::additions(writer.clone(), postgres, writes),
             reader,
             writer,
-            titles: Titles::default(),
         };
-        catalogue.load_titles().await?;
         Ok(catalogue)
     }
 
@@ -138,26 +158,6 @@ impl Catalogue {
     /// The connections that write (and seed).
     pub fn pool(&self) -> &AnyPool {
         &self.writer
-    }
-
-    /// Keeps every title in memory, so that the tools look titles up without a query. Titles
-    /// added later (by `seed`, or another process) are looked up when first asked for.
-    async fn load_titles(&self) -> sqlx::Result<()> {
-        for (sql, kind) in [
-            (
-                "SELECT id, title FROM movies",
-                Title::Movie as fn(i64) -> Title,
-            ),
-            ("SELECT id, title FROM tv_shows", Title::TvShow),
-        ] {
-            let rows = sqlx::query(sql).fetch_all(&self.reader).await?;
-            let titles = rows
-                .iter()
-                .map(|row| Ok((kind(row.try_get("id")?), row.try_get("title")?)))
-                .collect::<sqlx::Result<Vec<_>>>()?;
-            self.titles.keep(titles);
-        }
-        Ok(())
     }
 
     /// Movies that fit `mood`, best rated first, ties broken by id; without the titles
@@ -195,25 +195,6 @@ impl Catalogue {
         Ok(movies.into())
     }
 
-    /// The title of a movie or show, if it exists.
-    pub async fn title_of(&self, title: Title) -> sqlx::Result<Option<String>> {
-        if let Some(name) = self.titles.get(title) {
-            return Ok(Some(name));
-        }
-        let (sql, id) = match title {
-            Title::Movie(id) => ("SELECT title FROM movies WHERE id = $1", id),
-            Title::TvShow(id) => ("SELECT title FROM tv_shows WHERE id = $1", id),
-        };
-        let name: Option<String> = sqlx::query_scalar(sql)
-            .bind(id)
-            .fetch_optional(&self.reader)
-            .await?;
-        if let Some(name) = &name {
-            self.titles.keep([(title, name.clone())]);
-        }
-        Ok(name)
-    }
-
     /// The reviews of a movie, oldest first.
     pub async fn reviews(&self, movie_id: i64) -> Result<Arc<[Review]>, DatabaseError> {
         let version = self.versions.ask(()).await?;
@@ -221,7 +202,11 @@ impl Catalogue {
             return Ok(reviews);
         }
         let reviews = self.reviews.ask(movie_id).await?;
-        self.reviewed.put(version, movie_id, reviews.clone());
+        // No reviews (or no such movie) is not kept: asking for ids nobody reviewed would
+        // otherwise push out the movies people summarize.
+        if !reviews.is_empty() {
+            self.reviewed.put(version, movie_id, reviews.clone());
+        }
         Ok(reviews)
     }
 
@@ -238,8 +223,9 @@ impl Catalogue {
         .await
     }
 
-    /// Whether `user` already has `title` on their list.
-    pub async fn is_listed(&self, user: &str, title: Title) -> Result<bool, DatabaseError> {
+    /// The name of `title` as the catalogue has it now (`None` when there is no such title), and
+    /// whether `user` already has it on their list.
+    pub async fn on_list(&self, user: &str, title: Title) -> Result<OnList, DatabaseError> {
         let check = ListedCheck {
             user: user.to_owned(),
             title,
@@ -249,7 +235,7 @@ impl Catalogue {
 
     /// Puts `title` on `user`'s list, creating the user on first use. The unique index decides
     /// races: a second add of the same title fails with [`AddError::AlreadyListed`] and writes
-    /// nothing.
+    /// nothing; a title deleted since it was checked fails with [`AddError::NoSuchTitle`].
     pub async fn add_to_watchlist(
         &self,
         user: &str,
@@ -264,7 +250,14 @@ impl Catalogue {
             added_at: now_millis(),
         };
         let added_at = item.added_at;
-        match self.additions.ask(item).await? {
+        let added = self.additions.ask(item).await.map_err(|error| {
+            if error.is_foreign_key_violation() {
+                AddError::NoSuchTitle(title)
+            } else {
+                AddError::Database(error)
+            }
+        })?;
+        match added {
             Some(id) => Ok(WatchlistItem {
                 id: Id(id),
                 status,
@@ -315,7 +308,10 @@ impl Catalogue {
 /// Pool settings: on SQLite every connection waits up to 5 s for a lock, checks foreign keys, and
 /// syncs the WAL at checkpoints rather than at every commit (`synchronous = NORMAL`: a power cut
 /// may lose the last commits, never corrupt the file). A SQLite connection is a file handle
-/// with nothing to go stale, so it is not pinged before each use.
+/// with nothing to go stale, so it is not pinged before each use. On PostgreSQL the server ends
+/// a statement past [`POSTGRES_STATEMENT_LIMIT`] and a wait for a lock past
+/// [`POSTGRES_LOCK_LIMIT`] (a row locked by another session, say), rolling it back: a stuck
+/// statement fails the requests it carries instead of holding them, and everyone queued behind.
 fn pool_options(sqlite: bool, connections: u32) -> AnyPoolOptions {
     AnyPoolOptions::new()
         .max_connections(connections)
@@ -323,18 +319,39 @@ fn pool_options(sqlite: bool, connections: u32) -> AnyPoolOptions {
         .test_before_acquire(!sqlite)
         .after_connect(move |conn, _| {
             Box::pin(async move {
-                if sqlite {
-                    for pragma in [
-                        "PRAGMA busy_timeout = 5000",
-                        "PRAGMA foreign_keys = ON",
-                        "PRAGMA synchronous = NORMAL",
-                    ] {
-                        sqlx::query(pragma).execute(&mut *conn).await?;
-                    }
+                let settings = if sqlite {
+                    vec![
+                        "PRAGMA busy_timeout = 5000".to_owned(),
+                        "PRAGMA foreign_keys = ON".to_owned(),
+                        "PRAGMA synchronous = NORMAL".to_owned(),
+                    ]
+                } else {
+                    vec![
+                        format!(
+                            "SET statement_timeout = {}",
+                            POSTGRES_STATEMENT_LIMIT.as_millis()
+                        ),
+                        format!("SET lock_timeout = {}", POSTGRES_LOCK_LIMIT.as_millis()),
+                    ]
+                };
+                for setting in settings {
+                    sqlx::query(AssertSqlSafe(setting))
+                        .execute(&mut *conn)
+                        .await?;
                 }
                 Ok(())
             })
         })
+}
+
+/// `url` asking PostgreSQL connections to keep [`POSTGRES_PREPARED`] prepared statements, unless
+/// it says how many itself.
+fn with_statement_cache(url: &str) -> String {
+    if url.contains("statement-cache-capacity=") {
+        return url.to_owned();
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}statement-cache-capacity={POSTGRES_PREPARED}")
 }
 
 fn content(title: Title, name: String) -> ItemContent {
@@ -371,5 +388,24 @@ pub fn redact(url: &str) -> String {
             format!("{}://{user}:***@{}", &url[..scheme], &url[at + 1..])
         }
         _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_urls_ask_for_a_statement_cache_unless_they_set_one() {
+        assert_eq!(
+            with_statement_cache("postgres://u@db/movies"),
+            "postgres://u@db/movies?statement-cache-capacity=256"
+        );
+        assert_eq!(
+            with_statement_cache("postgres://u@db/movies?sslmode=require"),
+            "postgres://u@db/movies?sslmode=require&statement-cache-capacity=256"
+        );
+        let own = "postgres://u@db/movies?statement-cache-capacity=50";
+        assert_eq!(with_statement_cache(own), own);
     }
 }

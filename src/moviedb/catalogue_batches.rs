@@ -4,26 +4,46 @@
 //! before it was made.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, AssertSqlSafe, Row};
 
-use super::batch::{Batch, Run};
+use super::batch::{Batch, READ_TIME_LIMIT, Run};
+use super::fresh::Version;
 use super::model::{Id, Mood, MovieSummary, RECOMMENDATION_LIMIT, Review};
 
-/// Answers "what is the catalogue's version now?" with one query at a time.
-pub fn versions(pool: AnyPool) -> Batch<(), i64> {
-    let run: Run<(), i64> = Arc::new(move |asks: Arc<[()]>| {
-        let pool = pool.clone();
+/// Answers "what is the catalogue's version now?" with one query at a time. Queries run one
+/// after another, each seeing what the one before saw, so a counter lower than the last one read
+/// means the database itself went back: that starts a new epoch.
+pub fn versions(pool: AnyPool) -> Batch<(), Version> {
+    let last_seen: Arc<Mutex<Option<Version>>> = Arc::default();
+    let run: Run<(), Version> = Arc::new(move |asks: Arc<[()]>| {
+        let (pool, last_seen) = (pool.clone(), last_seen.clone());
         Box::pin(async move {
-            let version: i64 = sqlx::query_scalar("SELECT version FROM catalogue_version")
+            let counter: i64 = sqlx::query_scalar("SELECT version FROM catalogue_version")
                 .fetch_one(&pool)
                 .await?;
+            let mut last_seen = last_seen.lock().unwrap_or_else(PoisonError::into_inner);
+            let epoch = match *last_seen {
+                Some(last) if counter < last.counter => {
+                    tracing::warn!(
+                        was = last.counter,
+                        now = counter,
+                        "the catalogue's version went back (a restored or swapped database): \
+                         catalogue reads kept in memory are dropped"
+                    );
+                    last.epoch + 1
+                }
+                Some(last) => last.epoch,
+                None => 0,
+            };
+            let version = Version { epoch, counter };
+            *last_seen = Some(version);
             Ok(vec![version; asks.len()])
         })
     });
-    Batch::start("catalogue_version", 1, run)
+    Batch::start_reads("catalogue_version", 1, READ_TIME_LIMIT, run)
 }
 
 /// Answers "the best movies for this mood" on `calls` connections of `pool` at a time.
@@ -62,7 +82,7 @@ pub fn recommendations(pool: AnyPool, calls: usize) -> Batch<Mood, Arc<[MovieSum
                 .collect())
         })
     });
-    Batch::start("recommendations", calls, run)
+    Batch::start_reads("recommendations", calls, READ_TIME_LIMIT, run)
 }
 
 /// Answers "the reviews of this movie, oldest first" on `calls` connections of `pool` at a time.
@@ -104,7 +124,7 @@ pub fn reviews(pool: AnyPool, calls: usize) -> Batch<i64, Arc<[Review]>> {
                 .collect())
         })
     });
-    Batch::start("reviews", calls, run)
+    Batch::start_reads("reviews", calls, READ_TIME_LIMIT, run)
 }
 
 /// A movie as a recommendation lists it, from a row with its columns.

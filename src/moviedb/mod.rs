@@ -10,7 +10,6 @@ pub mod model;
 pub mod seed;
 pub mod summarizer;
 pub mod summary;
-mod titles;
 pub mod tools;
 mod watchlist_batches;
 

@@ -46,9 +46,26 @@ async fn movie_count(catalogue: &Catalogue) -> anyhow::Result<i64> {
         .await?)
 }
 
+/// A transaction for seeding. On PostgreSQL it lifts the time limits the server's connections
+/// set: a seed may rightly take longer than any request, and a replica seeding beside another
+/// (replicas starting together on an empty database) waits for the other's rows instead of
+/// giving up and failing to start.
+async fn seeding(catalogue: &Catalogue) -> sqlx::Result<Transaction<'static, Any>> {
+    let mut tx = catalogue.pool().begin().await?;
+    if tx.backend_name() == "PostgreSQL" {
+        for setting in [
+            "SET LOCAL statement_timeout = 0",
+            "SET LOCAL lock_timeout = 0",
+        ] {
+            sqlx::query(setting).execute(&mut *tx).await?;
+        }
+    }
+    Ok(tx)
+}
+
 /// Inserts the seed files in one transaction.
 async fn load_seed(catalogue: &Catalogue) -> anyhow::Result<()> {
-    let mut tx = catalogue.pool().begin().await?;
+    let mut tx = seeding(catalogue).await?;
     let (movie_rows, mood_rows) = parse_movies(MOVIES)?;
     insert(
         &mut tx,
@@ -88,7 +105,7 @@ pub async fn seed_synthetic(
         .await?;
     let movies = i64::try_from(movies).context("too many movies to add")?;
     let mut rng = rand::thread_rng();
-    let mut tx = catalogue.pool().begin().await?;
+    let mut tx = seeding(catalogue).await?;
     let mut movie_rows = Vec::with_capacity(BATCH);
     let mut mood_rows = Vec::with_capacity(BATCH * 2);
     for n in 1..=movies {

@@ -270,21 +270,18 @@ async fn add_to_watchlist(
             ));
         }
     };
-    // Check before asking: no question about a title that does not exist or is already listed.
-    let Some(name) = catalogue.title_of(title).await.map_err(internal)? else {
-        return Ok(CallToolResult::error(format!(
-            "There is no {}.",
-            title.describe()
-        )));
-    };
-    // Checked once, before the question: after the answer, the insert itself refuses a title
-    // listed in the meantime.
-    let listed = ctx
-        .remember("listed", || async {
-            catalogue.is_listed(&user, title).await.map_err(internal)
+    // Checked once, before the question (no question about a title that does not exist or is
+    // already listed); after the answer, the insert itself refuses a title listed or deleted in
+    // the meantime.
+    let on_list = ctx
+        .remember("title", || async {
+            catalogue.on_list(&user, title).await.map_err(internal)
         })
         .await?;
-    if listed {
+    let Some(name) = on_list.name else {
+        return Ok(no_such(title));
+    };
+    if on_list.listed {
         return Ok(CallToolResult::error(format!(
             "\"{name}\" is already in your watch list."
         )));
@@ -305,8 +302,13 @@ async fn add_to_watchlist(
         Err(AddError::AlreadyListed(what)) => Ok(CallToolResult::error(format!(
             "{what} is already in your watch list."
         ))),
+        Err(AddError::NoSuchTitle(title)) => Ok(no_such(title)),
         Err(e) => Err(internal(e)),
     }
+}
+
+fn no_such(title: Title) -> CallToolResult {
+    CallToolResult::error(format!("There is no {}.", title.describe()))
 }
 
 /// Asks whether the user already watched the title; any answer but an accepted, valid status

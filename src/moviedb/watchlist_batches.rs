@@ -1,8 +1,8 @@
 //! The watch-list checks and additions of many callers, each group as one statement (see
-//! [`super::batch`]): "which of these titles are already listed?" as one query, and "add these
-//! items, creating their users" as one write. The unique index still decides races, within a
-//! group as between groups: of two additions of one title for one user, one saves and the other
-//! is told the title is already listed.
+//! [`super::batch`]): "what are these titles called, and which are already listed?" as one
+//! query, and "add these items, creating their users" as one write. The unique index still
+//! decides races, within a group as between groups: of two additions of one title for one user,
+//! one saves and the other is told the title is already listed.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use sqlx::any::AnyArguments;
 use sqlx::query::Query;
 use sqlx::{Any, AnyPool, AssertSqlSafe, Row};
 
-use super::batch::{Batch, Run};
+use super::batch::{Batch, READ_TIME_LIMIT, Run};
 use super::model::{Title, WatchStatus};
 
 /// Is `title` on `user`'s list?
@@ -19,6 +19,14 @@ use super::model::{Title, WatchStatus};
 pub struct ListedCheck {
     pub user: String,
     pub title: Title,
+}
+
+/// What a [`ListedCheck`] found: the title's name as the catalogue has it now (`None` when
+/// there is no such title), and whether the user already listed it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct OnList {
+    pub name: Option<String>,
+    pub listed: bool,
 }
 
 /// An item to add to `user`'s list, and the user to create if needed.
@@ -30,16 +38,21 @@ pub struct NewItem {
     pub added_at: i64,
 }
 
-/// Answers [`ListedCheck`]s on `calls` connections of `pool` at a time.
-pub fn listed_checks(pool: AnyPool, calls: usize) -> Batch<ListedCheck, bool> {
-    let run: Run<ListedCheck, bool> = Arc::new(move |checks: Arc<[ListedCheck]>| {
+/// Answers [`ListedCheck`]s on `calls` connections of `pool` at a time. The title is read with
+/// the check, so that a renamed or deleted title shows in the very next answer.
+pub fn listed_checks(pool: AnyPool, calls: usize) -> Batch<ListedCheck, OnList> {
+    let run: Run<ListedCheck, OnList> = Arc::new(move |checks: Arc<[ListedCheck]>| {
         let pool = pool.clone();
         Box::pin(async move {
             let sql = format!(
                 "WITH v(n, name, movie_id, tv_show_id) AS (VALUES {}) \
-                 SELECT v.n FROM v WHERE EXISTS (SELECT 1 FROM watchlist_items w \
-                 JOIN users u ON u.id = w.user_id WHERE u.name = v.name \
-                 AND (w.movie_id = v.movie_id OR w.tv_show_id = v.tv_show_id))",
+                 SELECT v.n, COALESCE(m.title, s.title) AS title, \
+                 CAST(CASE WHEN EXISTS (SELECT 1 FROM watchlist_items w \
+                   JOIN users u ON u.id = w.user_id WHERE u.name = v.name \
+                   AND (w.movie_id = v.movie_id OR w.tv_show_id = v.tv_show_id)) \
+                   THEN 1 ELSE 0 END AS BIGINT) AS listed \
+                 FROM v LEFT JOIN movies m ON m.id = v.movie_id \
+                 LEFT JOIN tv_shows s ON s.id = v.tv_show_id",
                 value_rows(checks.len(), 4)
             );
             let mut query = sqlx::query(AssertSqlSafe(sql));
@@ -51,17 +64,26 @@ pub fn listed_checks(pool: AnyPool, calls: usize) -> Batch<ListedCheck, bool> {
                     .bind(movie_id)
                     .bind(tv_show_id);
             }
-            let mut listed = vec![false; checks.len()];
+            let mut found: Vec<Option<OnList>> = vec![None; checks.len()];
             for row in query.fetch_all(&pool).await? {
                 let n: i64 = row.try_get(0)?;
-                if let Some(slot) = usize::try_from(n).ok().and_then(|n| listed.get_mut(n)) {
-                    *slot = true;
+                let on_list = OnList {
+                    name: row.try_get(1)?,
+                    listed: row.try_get::<i64, _>(2)? != 0,
+                };
+                if let Some(slot) = usize::try_from(n).ok().and_then(|n| found.get_mut(n)) {
+                    *slot = Some(on_list);
                 }
             }
-            Ok(listed)
+            found
+                .into_iter()
+                .map(|on_list| {
+                    on_list.ok_or_else(|| sqlx::Error::Protocol("a check without its row".into()))
+                })
+                .collect()
         })
     });
-    Batch::start("watchlist_checks", calls, run)
+    Batch::start_reads("watchlist_checks", calls, READ_TIME_LIMIT, run)
 }
 
 /// Adds [`NewItem`]s on `calls` connections of `pool` at a time; each answer is the new item's
@@ -138,7 +160,7 @@ pub fn additions(pool: AnyPool, postgres: bool, calls: usize) -> Batch<NewItem, 
             Ok(claim(&items, inserted))
         })
     });
-    Batch::start_isolating_refusals("watchlist_additions", calls, run)
+    Batch::start_writes("watchlist_additions", calls, run)
 }
 
 /// SQLite's rows: the inserted items (five columns), then the users' ids and names (two), from

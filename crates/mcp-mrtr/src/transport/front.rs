@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::respond::{Accept, WireError, is_json};
-use super::{BUSY_WAIT, Endpoint};
+use super::{BUSY_WAIT, Endpoint, MOST_BODY_BYTES};
 use crate::protocol::Incoming;
 #[cfg(not(feature = "legacy"))]
 use crate::protocol::Method;
@@ -76,7 +76,7 @@ async fn read_message(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Incoming, WireError> {
-    let limit = endpoint.options.max_body_bytes;
+    let limit = endpoint.options.max_body_bytes.clamp(1, MOST_BODY_BYTES);
     let too_large = || {
         let message = format!("Request body is larger than {limit} bytes");
         WireError::refused(StatusCode::PAYLOAD_TOO_LARGE, message)
@@ -88,6 +88,7 @@ async fn read_message(
     if declared.is_some_and(|length| length > limit) {
         return Err(too_large());
     }
+    // Never past u32::MAX: the limit is at most MOST_BODY_BYTES.
     let claim = u32::try_from(declared.unwrap_or(limit).max(1)).unwrap_or(u32::MAX);
     let _bytes = within_busy_wait(&endpoint.body_bytes, claim).await?;
     let wait = endpoint.options.body_read_timeout;

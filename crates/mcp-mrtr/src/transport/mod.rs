@@ -48,7 +48,8 @@ pub struct TransportOptions {
     pub origin: OriginPolicy,
     /// Resolves each request's principal from its headers.
     pub authenticator: Arc<dyn Authenticator>,
-    /// Largest request body accepted; bigger bodies are refused with HTTP 413.
+    /// Largest request body accepted; bigger bodies are refused with HTTP 413. Taken as at most
+    /// [`MOST_BODY_BYTES`].
     pub max_body_bytes: usize,
     /// Longest a client may take to send a request's body once its headers are in (HTTP 408).
     pub body_read_timeout: Duration,
@@ -180,6 +181,10 @@ impl Endpoint {
     }
 }
 
+/// The largest body limit a transport takes (4 GiB less a byte): a body's claim on the budget of
+/// body bytes held at once is counted in `u32` permits.
+pub const MOST_BODY_BYTES: usize = u32::MAX as usize;
+
 /// Lines about refused Origins and hosts, which any client can send.
 static REFUSED_ORIGINS: LogBudget = LogBudget::new();
 
@@ -193,9 +198,10 @@ fn turns(options: &TransportOptions) -> Arc<tokio::sync::Semaphore> {
 
 fn body_bytes(options: &TransportOptions) -> Arc<tokio::sync::Semaphore> {
     let most = tokio::sync::Semaphore::MAX_PERMITS;
-    let bytes = options
-        .max_buffered_body_bytes
-        .clamp(options.max_body_bytes.clamp(1, most), most);
+    let bytes = options.max_buffered_body_bytes.clamp(
+        options.max_body_bytes.clamp(1, MOST_BODY_BYTES.min(most)),
+        most,
+    );
     Arc::new(tokio::sync::Semaphore::new(bytes))
 }
 
