@@ -63,8 +63,14 @@ impl Drop for Telemetry {
 /// following the standard `OTEL_*` variables, as service `moviedb-mcp` unless
 /// `OTEL_SERVICE_NAME` says otherwise. Keep the returned value alive until the end.
 pub fn init_logging() -> Telemetry {
-    let filter =
+    let mut filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    // async-openai logs a failed provider call's whole body (a 5xx page, an answer that is not
+    // JSON), which may echo the API key: the summarizer logs each failure itself, trimmed and
+    // with the key scrubbed.
+    if let Ok(quiet) = "async_openai=off".parse() {
+        filter = filter.add_directive(quiet);
+    }
     // Colours only for a terminal: a log file or journal would keep the escape codes.
     let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)

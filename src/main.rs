@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use moviedb_mcp::app;
-use moviedb_mcp::auth::oauth::ResourceServer;
+use moviedb_mcp::auth::oauth::{KeyRefresh, ResourceServer};
 use moviedb_mcp::auth::{Authenticator, JwtAuthenticator, mint_token};
 use moviedb_mcp::config::ServeArgs;
 use moviedb_mcp::moviedb::summarizer::{LlmArgs, Summarizer};
@@ -155,9 +155,11 @@ async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
                  tokens must name",
             )?;
             let leeway = Duration::from_secs(cli.serve.auth_leeway_secs);
-            let refresh = Duration::from_secs(cli.serve.auth_key_refresh_secs.max(1));
-            let server =
-                Arc::new(ResourceServer::discover(issuer, resource, leeway, refresh).await?);
+            let keys = KeyRefresh {
+                least_between: Duration::from_secs(cli.serve.auth_key_refresh_secs),
+                most_age: Duration::from_secs(cli.serve.auth_keys_max_age_secs),
+            };
+            let server = Arc::new(ResourceServer::discover(issuer, resource, leeway, keys).await?);
             let routes = server.routes();
             (server, Some(routes))
         }

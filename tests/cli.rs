@@ -141,6 +141,22 @@ fn token_refuses_a_user_name_no_token_could_carry_and_an_endless_lifetime() {
 }
 
 #[test]
+fn an_authorization_server_in_the_clear_is_refused_unless_on_loopback() {
+    let output = moviedb(&[
+        "--auth-issuer",
+        "http://auth.example.com",
+        "--resource-url",
+        "http://127.0.0.1:3000/mcp",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "the server does not start");
+    assert!(
+        stderr.contains("--auth-issuer") && stderr.contains("must be an https URL"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn an_unreachable_redis_is_named_with_what_to_set() {
     let data_dir = std::env::temp_dir().join(format!("moviedb-cli-redis-{}", std::process::id()));
     let output = Command::new(env!("CARGO_BIN_EXE_moviedb-mcp"))
@@ -214,6 +230,7 @@ fn values_that_would_break_the_server_stop_it_at_start_naming_the_range() {
         ("--redis-timeout-ms", "0", "1..=60000"),
         ("--redis-count-secs", "0", "1..=3600"),
         ("--max-buffered-body-bytes", "10", "1024..=68719476736"),
+        ("--llm-timeout-secs", "86400", "1..=600"),
     ] {
         // Were the value taken, the server would stop anyway, at its unreachable Redis.
         let output = moviedb(&["--redis-url", "redis://127.0.0.1:1", flag, value]);

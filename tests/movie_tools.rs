@@ -16,6 +16,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::process::Stdio;
 use std::time::Duration;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 use support::movies::*;
 use support::{Reply, accept};
@@ -1218,12 +1220,22 @@ async fn invalid_and_expired_tokens_are_refused_with_401(backend: Backend) {
     );
     let long_subject = sign_token(server.secret.as_bytes(), &"c".repeat(256), now, now + 3600);
     let nul_subject = sign_token(server.secret.as_bytes(), "carol\u{0}", now, now + 3600);
+    // A header naming an algorithm in letters no HTTP header may carry.
+    let foreign_letters = format!(
+        "{}.{}.c2ln",
+        URL_SAFE_NO_PAD.encode(r#"{"alg":"HS256É","typ":"JWT"}"#),
+        URL_SAFE_NO_PAD.encode(format!(
+            r#"{{"sub":"carol","iat":{now},"exp":{}}}"#,
+            now + 60
+        ))
+    );
     for (what, token) in [
         ("not a JWT", "not-a-jwt".to_owned()),
         ("signed with another secret", foreign),
         ("expired an hour ago", expired),
         ("whose subject is 256 bytes long", long_subject),
         ("whose subject holds a NUL", nul_subject),
+        ("whose header is not ASCII", foreign_letters),
     ] {
         let session = server.with_token(&token);
         for (tool, arguments) in [

@@ -311,6 +311,143 @@ async fn tokens_signed_with_rs256_es256_and_eddsa_sign_in_their_subject() {
 }
 
 #[tokio::test]
+async fn an_issuer_written_with_or_without_a_final_slash_is_the_authorization_servers_own() {
+    let keys = keys_file();
+    let authority = AuthorizationServer::start(&keys);
+    // The operator writes the issuer with a final `/`; the authorization server names itself
+    // without one, and its tokens say so.
+    let server = resource_server(&format!("{}/", authority.issuer)).await;
+    let document = metadata_of(&server).await;
+    assert_eq!(
+        document["authorization_servers"],
+        json!([authority.issuer]),
+        "the metadata names the issuer as the authorization server does: {document}"
+    );
+    let token = authority
+        .token("tests-es256", server.url(), &format!("{READ} {WRITE}"))
+        .await;
+    let listed = server
+        .with_token(&token)
+        .call("getWatchlist", json!({}))
+        .await;
+    assert_eq!(listed.status.as_u16(), 200, "{}", listed.body_text());
+    let _ = std::fs::remove_file(keys);
+
+    // The other way round: the authorization server names itself with a final `/` (as Auth0
+    // does), the operator writes it without one. Its own spelling is the one published.
+    let no_keys = || axum::routing::get(|| async { axum::Json(json!({"keys": []})) });
+    let slashed = stand_in_issuer_naming_itself(no_keys(), "/").await;
+    let server = resource_server(&slashed).await;
+    let document = metadata_of(&server).await;
+    assert_eq!(
+        document["authorization_servers"],
+        json!([format!("{slashed}/")]),
+        "{document}"
+    );
+    // Two slashes are another issuer.
+    let doubled = stand_in_issuer_naming_itself(no_keys(), "//").await;
+    let said = refused_start(&doubled).await;
+    assert!(said.contains("its issuer is not"), "{said}");
+}
+
+/// The protected-resource metadata `server` publishes for its endpoint.
+async fn metadata_of(server: &MovieServer) -> Value {
+    reqwest::get(metadata_url(server))
+        .await
+        .expect("the metadata answers")
+        .json()
+        .await
+        .expect("JSON")
+}
+
+/// `tools/list` sent with `token`.
+async fn list_tools(server: &MovieServer, token: &str) -> support::Reply {
+    server.with_token(token).request("tools/list").send().await
+}
+
+/// A stand-in authorization server on loopback: metadata naming itself as issuer and a
+/// `jwks_uri` on itself, answered by `jwks`. Serves until the test ends.
+async fn stand_in_issuer(jwks: axum::routing::MethodRouter) -> String {
+    stand_in_issuer_naming_itself(jwks, "").await
+}
+
+/// [`stand_in_issuer`], its metadata naming the issuer it returns followed by `suffix`.
+async fn stand_in_issuer_naming_itself(jwks: axum::routing::MethodRouter, suffix: &str) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let issuer = format!("http://{}", listener.local_addr().expect("its address"));
+    let metadata =
+        json!({"issuer": format!("{issuer}{suffix}"), "jwks_uri": format!("{issuer}/jwks")});
+    let app = axum::Router::new()
+        .route(
+            "/.well-known/oauth-authorization-server",
+            axum::routing::get(move || async move { axum::Json(metadata) }),
+        )
+        .route("/jwks", jwks)
+        .route(
+            "/keys",
+            axum::routing::get(|| async { axum::Json(json!({"keys": []})) }),
+        );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    issuer
+}
+
+/// What `moviedb-mcp`, signing in with `issuer`, says as it refuses to start.
+async fn refused_start(issuer: &str) -> String {
+    let data_dir = std::env::temp_dir().join(format!("moviedb-sign-in-{}", random_hex(8)));
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_moviedb-mcp"))
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .args(["--auth-issuer", issuer])
+        .args(["--resource-url", "http://127.0.0.1:9/mcp"])
+        .args(["--bind", "127.0.0.1:0"])
+        .env_remove("DATABASE_URL")
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(PATIENCE, run)
+        .await
+        .expect("moviedb-mcp stops")
+        .expect("moviedb-mcp runs");
+    let _ = std::fs::remove_dir_all(&data_dir);
+    assert!(
+        !output.status.success(),
+        "{issuer}: the server must not start"
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn keys_come_only_from_the_authorization_server_and_only_so_large() {
+    // A redirect within the authorization server is followed.
+    let moved = stand_in_issuer(axum::routing::get(|| async {
+        axum::response::Redirect::temporary("/keys")
+    }))
+    .await;
+    let server = resource_server(&moved).await;
+    let document = metadata_of(&server).await;
+    assert_eq!(document["authorization_servers"], json!([moved]));
+
+    // One to another origin is not: the keys would be whoever's it points at.
+    let redirecting = stand_in_issuer(axum::routing::get(|| async {
+        axum::response::Redirect::temporary("http://127.0.0.1:9/jwks")
+    }))
+    .await;
+    let said = refused_start(&redirecting).await;
+    assert!(said.contains("another origin"), "{said}");
+
+    let huge = json!({"keys": [], "padding": "x".repeat(300 * 1024)});
+    let bloated =
+        stand_in_issuer(axum::routing::get(move || async move { axum::Json(huge) })).await;
+    let said = refused_start(&bloated).await;
+    assert!(said.contains("larger than"), "{said}");
+}
+
+#[tokio::test]
 async fn every_kind_of_bad_token_is_refused_with_401_and_a_challenge() {
     let keys = keys_file();
     let authority = AuthorizationServer::start(&keys);
@@ -371,7 +508,7 @@ async fn every_kind_of_bad_token_is_refused_with_401_and_a_challenge() {
         .into_iter()
         .chain([("an expired token", expired, "expired")]);
     for (what, token, reason) in all {
-        let reply = server.with_token(&token).request("tools/list").send().await;
+        let reply = list_tools(&server, &token).await;
         assert_challenge(
             &reply,
             401,
@@ -582,6 +719,47 @@ async fn without_an_issuer_the_log_says_sign_in_is_for_development() {
 }
 
 #[tokio::test]
+async fn a_key_the_authorization_server_withdrew_stops_signing_in_once_the_keys_are_old() {
+    let (first_keys, rotated_keys) = (keys_file(), keys_file());
+    let authority = AuthorizationServer::start(&first_keys);
+    let port = authority.port;
+    let server = resource_server_with(
+        &authority.issuer,
+        &[
+            "--auth-keys-max-age-secs",
+            "2",
+            "--auth-key-refresh-secs",
+            "1",
+        ],
+    )
+    .await;
+    let both = format!("{READ} {WRITE}");
+    let before = authority.token("tests-es256", server.url(), &both).await;
+    let fine = list_tools(&server, &before).await;
+    assert_eq!(fine.status.as_u16(), 200, "{}", fine.body_text());
+
+    // The authorization server withdraws its keys (it restarts with others, under the same
+    // issuer). No token names a key the server does not know, yet once its keys are older than
+    // their most age it fetches them again, and the withdrawn key no longer signs anyone in.
+    drop(authority);
+    let authority = AuthorizationServer::start_on(port, &rotated_keys);
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    let refused = list_tools(&server, &before).await;
+    assert_challenge(&refused, 401, &["error=\"invalid_token\""]);
+    assert!(
+        server.log().contains("past their most age"),
+        "{}",
+        server.log()
+    );
+    let after = authority.token("tests-es256", server.url(), &both).await;
+    let accepted = list_tools(&server, &after).await;
+    assert_eq!(accepted.status.as_u16(), 200, "{}", accepted.body_text());
+    for keys in [first_keys, rotated_keys] {
+        let _ = std::fs::remove_file(keys);
+    }
+}
+
+#[tokio::test]
 async fn rotated_keys_are_fetched_again_but_made_up_key_ids_fetch_at_most_once_an_interval() {
     const FETCHED: &str = "fetched the authorization server's keys again";
     let (first_keys, rotated_keys) = (keys_file(), keys_file());
@@ -594,11 +772,7 @@ async fn rotated_keys_are_fetched_again_but_made_up_key_ids_fetch_at_most_once_a
     // Started now: its start-up must not eat into the interval the flood below is timed in.
     let stranger = AuthorizationServer::start(&keys_file());
     let made_up = stranger.token("tests-es256", &resource, &both).await;
-    let fine = server
-        .with_token(&before)
-        .request("tools/list")
-        .send()
-        .await;
+    let fine = list_tools(&server, &before).await;
     assert_eq!(fine.status.as_u16(), 200, "{}", fine.body_text());
 
     // The authorization server restarts with new keys, under the same issuer.
@@ -606,7 +780,7 @@ async fn rotated_keys_are_fetched_again_but_made_up_key_ids_fetch_at_most_once_a
     let authority = AuthorizationServer::start_on(port, &rotated_keys);
     tokio::time::sleep(Duration::from_millis(2_200)).await;
     let after = authority.token("tests-es256", &resource, &both).await;
-    let accepted = server.with_token(&after).request("tools/list").send().await;
+    let accepted = list_tools(&server, &after).await;
     assert_eq!(
         accepted.status.as_u16(),
         200,
@@ -617,11 +791,7 @@ async fn rotated_keys_are_fetched_again_but_made_up_key_ids_fetch_at_most_once_a
 
     // Tokens of keys nobody publishes, in a flood: refused, with no fetch within the interval.
     let refused_with_made_up_key = || async {
-        let refused = server
-            .with_token(&made_up)
-            .request("tools/list")
-            .send()
-            .await;
+        let refused = list_tools(&server, &made_up).await;
         assert_eq!(refused.status.as_u16(), 401, "{}", refused.body_text());
     };
     for _ in 0..20 {

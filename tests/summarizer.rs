@@ -191,13 +191,20 @@ async fn a_provider_slower_than_the_timeout_gets_the_server_side_summary() {
 
 #[tokio::test]
 async fn an_http_500_gets_the_server_side_summary_after_a_single_call() {
-    let provider = FakeProvider::start(Answer::Error(500, "the model crashed".into())).await;
+    // A gateway's error page that echoes the request's headers.
+    let page = format!("the model crashed\nAuthorization: Bearer {API_KEY}");
+    let provider = FakeProvider::start(Answer::Error(500, page)).await;
     let server = Server::start(&provider_flags(&provider.base_url())).await;
 
     let got = server.summarize(MOVIE).await;
     assert_eq!(got, server_side(MOVIE, &server.reviews(MOVIE).await));
     assert_eq!(provider.call_count(), 1, "a server error is not retried");
     server.assert_one_fallback_line("HTTP 500");
+    assert!(
+        !server.log().contains(API_KEY),
+        "the key the error page echoed is not logged:\n{}",
+        server.log()
+    );
 }
 
 #[tokio::test]

@@ -67,13 +67,27 @@ impl Authenticator for JwtAuthenticator {
             return Ok(Caller::unlimited(Principal::Anonymous));
         };
         let data = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation)
-            .map_err(|e| AuthError::new(format!("invalid token: {e}")))?;
+            .map_err(|e| AuthError::new(format!("invalid token: {}", why_refused(&e))))?;
         if let Some(refusal) = user_name_refusal(&data.claims.sub) {
             return Err(AuthError::new(format!(
                 "invalid token: its subject {refusal}"
             )));
         }
         Ok(Caller::unlimited(Principal::User(data.claims.sub)))
+    }
+}
+
+/// Why a development token was refused, in words of this server's own: the decoder's message
+/// can quote the token (its header's `alg`, say), which the caller chose.
+fn why_refused(error: &jsonwebtoken::errors::Error) -> &'static str {
+    use jsonwebtoken::errors::ErrorKind;
+    match error.kind() {
+        ErrorKind::ExpiredSignature => "it has expired",
+        ErrorKind::ImmatureSignature => "it is not valid yet",
+        ErrorKind::InvalidSignature => "its signature does not verify",
+        ErrorKind::InvalidAlgorithm => "it is not signed with HS256",
+        ErrorKind::MissingRequiredClaim(_) => "it lacks a required claim",
+        _ => "it is not a JWT signed by this server",
     }
 }
 

@@ -10,7 +10,9 @@
 //!   RFC 8707), and `exp`/`nbf` within a small leeway. The principal is the token's `sub`.
 //! - A token signed with a key it does not know makes it fetch the keys again (the authorization
 //!   server rotated them), at most once per refresh interval, so a flood of made-up key ids
-//!   cannot hammer the authorization server.
+//!   cannot hammer the authorization server. Keys older than their most age are fetched again
+//!   before the next token is checked, so that a key the authorization server withdrew stops
+//!   being trusted.
 //! - A request without a token, or with one that fails, gets 401 with a `WWW-Authenticate`
 //!   challenge pointing at the metadata; a token without a tool's scope gets 403 naming it.
 
@@ -31,12 +33,29 @@ use super::{AuthError, Authenticator, Caller, Principal, READ_SCOPE, WRITE_SCOPE
 
 /// The longest a fetch from the authorization server may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest metadata document or key set read from the authorization server.
+const MOST_FETCHED_BYTES: usize = 256 * 1024;
 /// The scopes this server knows, as its metadata lists them.
 const SCOPES: [&str; 2] = [READ_SCOPE, WRITE_SCOPE];
 const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
 
 /// The authorization server's keys, by key id (`""` for a key without one).
 type Keys = HashMap<String, Vec<(Algorithm, DecodingKey)>>;
+
+/// When the authorization server's keys are fetched again.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyRefresh {
+    /// The least time between two fetches, whatever asks for them.
+    pub least_between: Duration,
+    /// The longest keys are trusted as fetched.
+    pub most_age: Duration,
+}
+
+/// The keys, and when they were fetched.
+struct KeySet {
+    keys: Keys,
+    fetched: Instant,
+}
 
 /// The resource server (see the module docs).
 pub struct ResourceServer {
@@ -47,10 +66,9 @@ pub struct ResourceServer {
     jwks_uri: String,
     http: reqwest::Client,
     leeway: Duration,
-    /// The least time between two fetches of the keys.
-    min_refresh: Duration,
-    keys: RwLock<Keys>,
-    /// When the keys were last fetched; held while fetching, so fetches never overlap.
+    refresh: KeyRefresh,
+    keys: RwLock<KeySet>,
+    /// When the keys were last fetched or tried; held while fetching, so fetches never overlap.
     last_refresh: tokio::sync::Mutex<Instant>,
 }
 
@@ -64,15 +82,14 @@ struct Claims {
 impl ResourceServer {
     /// Finds `issuer`'s metadata and keys, for tokens meant for `resource` (this server's
     /// canonical URL, the audience its tokens must name), accepting `leeway` of clock difference
-    /// and fetching the keys again at most every `min_refresh`. Fails when the authorization
-    /// server cannot be reached or its metadata does not hold.
+    /// and fetching the keys again as `refresh` says. Fails when the authorization server cannot
+    /// be reached or its metadata does not hold.
     pub async fn discover(
         issuer: &str,
         resource: &str,
         leeway: Duration,
-        min_refresh: Duration,
+        refresh: KeyRefresh,
     ) -> anyhow::Result<Self> {
-        let issuer = issuer.trim_end_matches('/').to_owned();
         let resource = resource.trim_end_matches('/').to_owned();
         let resource_url = reqwest::Url::parse(&resource)
             .with_context(|| format!("--resource-url {resource:?} is not an absolute URL"))?;
@@ -89,9 +106,11 @@ impl ResourceServer {
         let metadata_url = format!("{origin}{}", metadata_paths[metadata_paths.len() - 1]);
         let http = reqwest::Client::builder()
             .timeout(FETCH_TIMEOUT)
+            .redirect(same_origin_redirects())
             .build()
             .context("setting up the HTTP client for the authorization server")?;
-        let jwks_uri = discover_jwks_uri(&http, &issuer).await?;
+        let (issuer, jwks_uri) = discover_jwks_uri(&http, issuer).await?;
+        secure_url(&jwks_uri, "the authorization server's jwks_uri")?;
         let keys = fetch_keys(&http, &jwks_uri).await?;
         tracing::info!(
             %issuer,
@@ -107,8 +126,11 @@ impl ResourceServer {
             jwks_uri,
             http,
             leeway,
-            min_refresh,
-            keys: RwLock::new(keys),
+            refresh,
+            keys: RwLock::new(KeySet {
+                keys,
+                fetched: Instant::now(),
+            }),
             last_refresh: tokio::sync::Mutex::new(Instant::now()),
         })
     }
@@ -161,32 +183,58 @@ impl ResourceServer {
         AuthError::new(reason).with_challenge(self.challenge(Some(reason)))
     }
 
-    /// The keys for `kid` that sign with `alg`, fetching the keys again when `kid` is unknown
-    /// and the last fetch is old enough.
+    /// The keys for `kid` that sign with `alg`, fetching the keys again first when they are past
+    /// their most age, or after when `kid` is unknown (in both cases only when the last fetch is
+    /// old enough).
     async fn keys_for(&self, kid: &str, alg: Algorithm) -> Vec<DecodingKey> {
+        // Old keys are fetched again by one request; the others, meanwhile, go on with them
+        // rather than wait for an authorization server that may be slow or away.
+        if self.fetched_at().elapsed() >= self.refresh.most_age
+            && let Ok(last) = self.last_refresh.try_lock()
+            && self.fetched_at().elapsed() >= self.refresh.most_age
+        {
+            self.fetch_again(last, "the keys were past their most age")
+                .await;
+        }
         let known = self.lookup(kid, alg);
         if !known.is_empty() {
             return known;
         }
-        let mut last = self.last_refresh.lock().await;
-        // Another request may have fetched them while this one waited.
+        let last = self.last_refresh.lock().await;
         let known = self.lookup(kid, alg);
-        if !known.is_empty() || last.elapsed() < self.min_refresh {
+        if !known.is_empty() {
             return known;
+        }
+        self.fetch_again(last, "unknown key id").await;
+        self.lookup(kid, alg)
+    }
+
+    fn fetched_at(&self) -> Instant {
+        self.keys.read().unwrap_or_else(|p| p.into_inner()).fetched
+    }
+
+    /// Fetches the keys again, unless the last fetch (held in `last`) was too recent. Keys that
+    /// cannot be fetched are kept as they are, and tried again after the interval.
+    async fn fetch_again(&self, mut last: tokio::sync::MutexGuard<'_, Instant>, why: &str) {
+        if last.elapsed() < self.refresh.least_between {
+            return;
         }
         *last = Instant::now();
         match fetch_keys(&self.http, &self.jwks_uri).await {
             Ok(keys) => {
-                tracing::info!("fetched the authorization server's keys again (unknown key id)");
-                *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
+                tracing::info!("fetched the authorization server's keys again ({why})");
+                *self.keys.write().unwrap_or_else(|p| p.into_inner()) = KeySet {
+                    keys,
+                    fetched: Instant::now(),
+                };
             }
-            Err(e) => tracing::warn!("cannot fetch the authorization server's keys: {e:#}"),
+            Err(e) => tracing::warn!("cannot fetch the authorization server's keys ({why}): {e:#}"),
         }
-        self.lookup(kid, alg)
     }
 
     fn lookup(&self, kid: &str, alg: Algorithm) -> Vec<DecodingKey> {
-        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let set = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let keys = &set.keys;
         let candidates: Box<dyn Iterator<Item = &Vec<(Algorithm, DecodingKey)>>> = if kid.is_empty()
         {
             Box::new(keys.values())
@@ -283,12 +331,18 @@ impl Authenticator for ResourceServer {
     }
 }
 
-/// The authorization server's `jwks_uri`, from its metadata: RFC 8414 first, then OpenID Connect
-/// Discovery, at the well-known URLs the MCP spec lists, in its order. A document whose `issuer`
-/// is not exactly `issuer` is not used.
-async fn discover_jwks_uri(http: &reqwest::Client, issuer: &str) -> anyhow::Result<String> {
-    let url = reqwest::Url::parse(issuer)
-        .with_context(|| format!("--auth-issuer {issuer:?} is not an absolute URL"))?;
+/// The authorization server's issuer and `jwks_uri`, from its metadata: RFC 8414 first, then
+/// OpenID Connect Discovery, at the well-known URLs the MCP spec lists, in its order. A document
+/// is used only when its `issuer` is `issuer` (a final `/` aside: operators write issuers both
+/// ways); the issuer returned is the document's, the one its tokens name, character for
+/// character.
+async fn discover_jwks_uri(
+    http: &reqwest::Client,
+    issuer: &str,
+) -> anyhow::Result<(String, String)> {
+    let url = secure_url(issuer, "--auth-issuer")?;
+    let without_slash = |issuer: &'_ str| issuer.strip_suffix('/').unwrap_or(issuer).to_owned();
+    let wanted = without_slash(issuer);
     let origin = url.origin().ascii_serialization();
     let path = url.path().trim_end_matches('/');
     let candidates = if path.is_empty() {
@@ -312,14 +366,17 @@ async fn discover_jwks_uri(http: &reqwest::Client, issuer: &str) -> anyhow::Resu
                 continue;
             }
         };
-        if document["issuer"].as_str() != Some(issuer) {
+        let Some(named) = document["issuer"]
+            .as_str()
+            .filter(|named| without_slash(named) == wanted)
+        else {
             tried.push(format!("{candidate}: its issuer is not {issuer}"));
             continue;
-        }
-        return document["jwks_uri"]
+        };
+        let jwks_uri = document["jwks_uri"]
             .as_str()
-            .map(str::to_owned)
-            .with_context(|| format!("{candidate} names no jwks_uri"));
+            .with_context(|| format!("{candidate} names no jwks_uri"))?;
+        return Ok((named.to_owned(), jwks_uri.to_owned()));
     }
     anyhow::bail!(
         "no metadata of the authorization server {issuer}: {}",
@@ -327,9 +384,64 @@ async fn discover_jwks_uri(http: &reqwest::Client, issuer: &str) -> anyhow::Resu
     )
 }
 
+/// `url` parsed, if it is an absolute `https` URL, or an `http` one on a loopback host (a
+/// development or test authorization server): the spec has every authorization server endpoint
+/// served over HTTPS, and keys fetched in the clear could be swapped for anyone's.
+fn secure_url(url: &str, what: &str) -> anyhow::Result<reqwest::Url> {
+    let parsed = reqwest::Url::parse(url)
+        .with_context(|| format!("{what} {url:?} is not an absolute URL"))?;
+    let loopback = parsed.host_str().is_some_and(|host| {
+        host.eq_ignore_ascii_case("localhost")
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    });
+    match parsed.scheme() {
+        "https" => Ok(parsed),
+        "http" if loopback => Ok(parsed),
+        _ => anyhow::bail!("{what} {url:?} must be an https URL (http only on a loopback host)"),
+    }
+}
+
+/// Redirects within the origin asked, at most a few: the metadata and keys must come from the
+/// authorization server itself, not from wherever a redirect points.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if !same_origin {
+            let to = attempt.url().origin().ascii_serialization();
+            attempt.error(format!("redirected to another origin ({to})"))
+        } else if attempt.previous().len() > 5 {
+            attempt.error("too many redirects")
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
+/// The JSON document at `url`, read up to [`MOST_FETCHED_BYTES`].
 async fn fetch_json(http: &reqwest::Client, url: &str) -> anyhow::Result<Value> {
-    let response = http.get(url).send().await?.error_for_status()?;
-    Ok(serde_json::from_slice(&response.bytes().await?)?)
+    let mut response = http.get(url).send().await?.error_for_status()?;
+    let too_large = || anyhow::anyhow!("the document is larger than {MOST_FETCHED_BYTES} bytes");
+    if response
+        .content_length()
+        .is_some_and(|length| length > MOST_FETCHED_BYTES as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > MOST_FETCHED_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(serde_json::from_slice(&body)?)
 }
 
 /// The keys at `jwks_uri` this server can verify with, each with the algorithm it signs with.

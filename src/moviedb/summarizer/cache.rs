@@ -28,15 +28,16 @@ const LOCAL_CAPACITY: u64 = 10_000;
 pub struct SummaryKey(String);
 
 impl SummaryKey {
-    /// The key of `reviews` (in the catalogue's order) of `movie_id` summarized by `model`.
-    pub fn new(movie_id: i64, model: &str, reviews: &[Review]) -> Self {
+    /// The key of `reviews` (in the catalogue's order) of `movie_id` summarized by `writer` (a
+    /// provider's [`writer`](super::provider::Provider::writer), or a client's lent model).
+    pub fn new(movie_id: i64, writer: &str, reviews: &[Review]) -> Self {
         let mut hash = Sha256::new();
         let mut field = |bytes: &[u8]| {
             // Length-prefixed, so no two different review sets hash the same bytes.
             hash.update((bytes.len() as u64).to_le_bytes());
             hash.update(bytes);
         };
-        field(model.as_bytes());
+        field(writer.as_bytes());
         field(&(reviews.len() as u64).to_le_bytes());
         for review in reviews {
             field(&review.score.to_le_bytes());
@@ -283,6 +284,34 @@ mod tests {
         }
         assert_ne!(key, SummaryKey::new(5, "m", &reviews));
         assert_ne!(key, SummaryKey::new(4, "other-model", &reviews));
+        // A provider's writer names its address, model, budget and prompt version: any of them
+        // changed is another key.
+        let config = |base: &str, tokens: u32| crate::moviedb::summarizer::config::ProviderConfig {
+            base_url: base.into(),
+            model: "m".into(),
+            api_key: None,
+            timeout: Duration::from_secs(1),
+            max_tokens: tokens,
+            max_concurrent: 1,
+        };
+        let writers: Vec<String> = [
+            ("http://a/v1", 300),
+            ("http://b/v1", 300),
+            ("http://a/v1", 301),
+        ]
+        .into_iter()
+        .map(|(base, tokens)| {
+            super::super::provider::Provider::new(config(base, tokens))
+                .map(|provider| provider.writer().to_owned())
+                .unwrap()
+        })
+        .collect();
+        assert!(writers.iter().all(|writer| writer.contains("prompt")));
+        let keys: std::collections::HashSet<String> = writers
+            .iter()
+            .map(|writer| SummaryKey::new(4, writer, &reviews).as_str().to_owned())
+            .collect();
+        assert_eq!(keys.len(), 3, "{writers:?}");
     }
 
     #[tokio::test]

@@ -38,9 +38,10 @@ pub struct LlmArgs {
     #[arg(long, env = "OPENAI_API_KEY", hide = true, hide_env_values = true)]
     pub openai_api_key: Option<String>,
 
-    /// Longest wait for the provider, in seconds, before answering with the server-side summary.
+    /// Longest wait for the provider, in seconds, before answering with the server-side summary
+    /// (at most 600: a call slot is held that long).
     #[arg(long, env = "MOVIEDB_LLM_TIMEOUT", default_value_t = 20,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..=600))]
     pub llm_timeout_secs: u64,
 
     /// Most provider calls in flight at once; a summary that finds none free within 2 s is the

@@ -140,7 +140,7 @@ impl Summarizer {
             (Some(model), _) => Writer::Lent(model),
             (None, Some(provider)) => Writer::Provider(
                 provider,
-                SummaryKey::new(movie_id, provider.model(), reviews),
+                SummaryKey::new(movie_id, provider.writer(), reviews),
             ),
             (None, None) => Writer::Server,
         };
@@ -197,7 +197,8 @@ impl Summarizer {
         let words = self.lent_words(movie_id, reviews, model);
         match model.lender() {
             Some(lender) => {
-                let key = SummaryKey::new(movie_id, &format!("{LENT_MODEL}:{lender}"), reviews);
+                let writer = format!("{LENT_MODEL}:{lender}|prompt {}", provider::PROMPT_VERSION);
+                let key = SummaryKey::new(movie_id, &writer, reviews);
                 self.cache.get_or_compute(&key, words).await
             }
             None => Ok(words.await?.0),
@@ -221,7 +222,7 @@ impl Summarizer {
                 tracing::info!(movie_id, "the client's model gave no summary; falling back");
                 let text = match &self.provider {
                     Some(provider) => {
-                        let key = SummaryKey::new(movie_id, provider.model(), reviews);
+                        let key = SummaryKey::new(movie_id, provider.writer(), reviews);
                         self.provider_text(provider, &key, movie_id, reviews)
                             .await?
                     }

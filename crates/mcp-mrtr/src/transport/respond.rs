@@ -134,19 +134,34 @@ impl WireError {
         Self::from(ProtocolError::invalid_request(message)).with_status(status)
     }
 
-    /// HTTP 401 with the refusal's Bearer challenge (one naming its reason by default).
+    /// HTTP 401 with the refusal's Bearer challenge (one naming its reason by default). A 401
+    /// always carries a challenge (RFC 6750): one that is not a valid header value gives way to
+    /// the default, whose description keeps to printable ASCII.
     pub(super) fn unauthorized(refusal: &AuthError) -> Self {
         let reason = &refusal.reason;
-        let challenge = refusal.challenge.clone().unwrap_or_else(|| {
-            format!(
-                "Bearer error=\"invalid_token\", error_description=\"{}\"",
-                reason.replace('"', "'")
-            )
-        });
+        let described = || {
+            let description: String = reason
+                .chars()
+                .map(|c| match c {
+                    '"' | '\\' => '\'',
+                    ' '..='~' => c,
+                    _ => '?',
+                })
+                .collect();
+            HeaderValue::from_str(&format!(
+                "Bearer error=\"invalid_token\", error_description=\"{description}\""
+            ))
+            .unwrap_or_else(|_| HeaderValue::from_static("Bearer error=\"invalid_token\""))
+        };
+        // `from_str` takes bytes past ASCII, which clients cannot read as text.
+        let challenge = refusal
+            .challenge
+            .as_deref()
+            .filter(|challenge| challenge.is_ascii())
+            .and_then(|challenge| HeaderValue::from_str(challenge).ok())
+            .unwrap_or_else(described);
         Self {
-            header: HeaderValue::from_str(&challenge)
-                .ok()
-                .map(|value| (header::WWW_AUTHENTICATE, value)),
+            header: Some((header::WWW_AUTHENTICATE, challenge)),
             ..Self::refused(StatusCode::UNAUTHORIZED, format!("Unauthorized: {reason}"))
         }
     }
@@ -270,4 +285,40 @@ pub(super) async fn method_not_allowed() -> Response<Body> {
         .headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static("POST"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn challenge_of(refusal: &AuthError) -> Option<String> {
+        let response = WireError::unauthorized(refusal).into_response();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        response
+            .headers()
+            .get(header::WWW_AUTHENTICATE)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+    }
+
+    #[test]
+    fn a_401_carries_a_challenge_whatever_its_reason_holds() {
+        let reason = "the token says \"Grüße\" \\ and\r\nX-Injected: yes";
+        let challenge = challenge_of(&AuthError::new(reason));
+        assert_eq!(
+            challenge.as_deref(),
+            Some(
+                "Bearer error=\"invalid_token\", error_description=\"the token says 'Gr??e' ' and??X-Injected: yes\""
+            )
+        );
+        // An authenticator's own challenge that is no header value gives way to the default.
+        for broken in ["Bearer realm=\"é\"", "Bearer realm=\"x\"\n"] {
+            let refusal = AuthError::new("expired").with_challenge(broken.into());
+            assert_eq!(
+                challenge_of(&refusal).as_deref(),
+                Some("Bearer error=\"invalid_token\", error_description=\"expired\""),
+                "{broken:?}"
+            );
+        }
+    }
 }
