@@ -211,33 +211,60 @@ fn jwt_secret(args: &DatabaseArgs) -> anyhow::Result<Vec<u8>> {
         return Ok(secret.as_bytes().to_vec());
     }
     let path = args.data_dir.join("dev-jwt-secret");
-    if let Ok(existing) = std::fs::read_to_string(&path) {
-        tracing::warn!(
-            "MOVIEDB_JWT_SECRET is not set: using the development secret in {}",
-            path.display()
-        );
-        return Ok(existing.trim().as_bytes().to_vec());
-    }
     let mut bytes = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut bytes);
-    let secret = hex::encode(bytes);
-    write_private(&path, &secret)?;
-    tracing::warn!(
-        "MOVIEDB_JWT_SECRET is not set: generated a development secret in {}",
+    let generated = hex::encode(bytes);
+    if write_new_private(&path, &generated)? {
+        tracing::warn!(
+            "MOVIEDB_JWT_SECRET is not set: generated a development secret in {}",
+            path.display()
+        );
+        return Ok(generated.into_bytes());
+    }
+    // There already (an earlier run's, or another process's that started at the same time).
+    let existing = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let existing = existing.trim();
+    anyhow::ensure!(
+        existing.len() >= 16,
+        "the development secret in {} is shorter than 16 characters (a file cut short?): \
+         delete it to have a new one generated, or set MOVIEDB_JWT_SECRET",
         path.display()
     );
-    Ok(secret.into_bytes())
+    tracing::warn!(
+        "MOVIEDB_JWT_SECRET is not set: using the development secret in {}",
+        path.display()
+    );
+    Ok(existing.as_bytes().to_vec())
 }
 
-fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+/// Writes `contents` to a new file at `path`, readable by its owner alone from the start and
+/// whole or not at all (written aside, then linked in place); `false` when a file is already
+/// there.
+fn write_new_private(path: &Path, contents: &str) -> anyhow::Result<bool> {
+    use std::io::Write as _;
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    std::fs::write(path, contents).with_context(|| format!("cannot write {}", path.display()))?;
+    let mut nonce = [0u8; 8];
+    rand::thread_rng().fill_bytes(&mut nonce);
+    let aside = path.with_extension(format!("new-{}", hex::encode(nonce)));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
     #[cfg(unix)]
     {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
     }
-    Ok(())
+    let written = options.open(&aside).and_then(|mut file| {
+        file.write_all(contents.as_bytes())?;
+        file.sync_all()
+    });
+    let linked = written.and_then(|()| std::fs::hard_link(&aside, path));
+    let _ = std::fs::remove_file(&aside);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("cannot write {}", path.display())),
+    }
 }

@@ -157,6 +157,54 @@ fn an_authorization_server_in_the_clear_is_refused_unless_on_loopback() {
 }
 
 #[test]
+fn the_development_secret_is_the_owners_alone_and_a_cut_short_one_is_refused() {
+    let data_dir = std::env::temp_dir().join(format!(
+        "moviedb-cli-secret-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_nanos())
+            .unwrap_or_default()
+    ));
+    let token = || {
+        Command::new(env!("CARGO_BIN_EXE_moviedb-mcp"))
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(["token", "--user", "alice"])
+            .env_remove("DATABASE_URL")
+            .env_remove("MOVIEDB_JWT_SECRET")
+            .output()
+            .expect("run moviedb-mcp")
+    };
+    let first = token();
+    assert!(first.status.success(), "{first:?}");
+    let secret = data_dir.join("dev-jwt-secret");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&secret)
+            .expect("the secret is written")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "readable by its owner alone");
+    }
+    let written = std::fs::read_to_string(&secret).expect("read the secret");
+    let again = token();
+    assert!(again.status.success(), "{again:?}");
+    assert_eq!(
+        std::fs::read_to_string(&secret).ok(),
+        Some(written),
+        "a later run uses the secret as it is"
+    );
+    std::fs::write(&secret, "short").expect("cut the secret short");
+    let refused = token();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "a cut-short secret is refused");
+    assert!(stderr.contains("shorter than 16 characters"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&data_dir);
+}
+
+#[test]
 fn an_unreachable_redis_is_named_with_what_to_set() {
     let data_dir = std::env::temp_dir().join(format!("moviedb-cli-redis-{}", std::process::id()));
     let output = Command::new(env!("CARGO_BIN_EXE_moviedb-mcp"))

@@ -335,7 +335,6 @@ async fn an_issuer_written_with_or_without_a_final_slash_is_the_authorization_se
 
     // The other way round: the authorization server names itself with a final `/` (as Auth0
     // does), the operator writes it without one. Its own spelling is the one published.
-    let no_keys = || axum::routing::get(|| async { axum::Json(json!({"keys": []})) });
     let slashed = stand_in_issuer_naming_itself(no_keys(), "/").await;
     let server = resource_server(&slashed).await;
     let document = metadata_of(&server).await;
@@ -358,6 +357,11 @@ async fn metadata_of(server: &MovieServer) -> Value {
         .json()
         .await
         .expect("JSON")
+}
+
+/// A key set with no keys.
+fn no_keys() -> axum::routing::MethodRouter {
+    axum::routing::get(|| async { axum::Json(json!({"keys": []})) })
 }
 
 /// `tools/list` sent with `token`.
@@ -419,6 +423,55 @@ async fn refused_start(issuer: &str) -> String {
         "{issuer}: the server must not start"
     );
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn the_resource_metadata_is_readable_from_any_origin() {
+    let issuer = stand_in_issuer(no_keys()).await;
+    let server = resource_server(&issuer).await;
+    let http = reqwest::Client::new();
+    let page = "https://app.example";
+    // What a browser-based client asks before it sends the MCP header along.
+    let preflight = http
+        .request(reqwest::Method::OPTIONS, metadata_url(&server))
+        .header("origin", page)
+        .header("access-control-request-method", "GET")
+        .header("access-control-request-headers", "mcp-protocol-version")
+        .send()
+        .await
+        .expect("the preflight answers");
+    assert!(preflight.status().is_success(), "{}", preflight.status());
+    let header = |response: &reqwest::Response, name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        header(&preflight, "access-control-allow-origin").as_deref(),
+        Some("*")
+    );
+    assert!(
+        header(&preflight, "access-control-allow-headers")
+            .is_some_and(|allowed| allowed == "*" || allowed.contains("mcp-protocol-version")),
+        "{:?}",
+        preflight.headers()
+    );
+    let read = http
+        .get(metadata_url(&server))
+        .header("origin", page)
+        .header("mcp-protocol-version", "2026-07-28")
+        .send()
+        .await
+        .expect("the metadata answers");
+    assert_eq!(read.status().as_u16(), 200);
+    assert_eq!(
+        header(&read, "access-control-allow-origin").as_deref(),
+        Some("*")
+    );
+    let document: Value = read.json().await.expect("JSON");
+    assert_eq!(document["authorization_servers"], json!([issuer]));
 }
 
 #[tokio::test]

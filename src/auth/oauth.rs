@@ -28,6 +28,7 @@ use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tower_http::cors::{Any, CorsLayer};
 
 use super::{AuthError, Authenticator, Caller, Principal, READ_SCOPE, WRITE_SCOPE, bearer_token};
 
@@ -147,7 +148,8 @@ impl ResourceServer {
     }
 
     /// `GET` of the metadata at the root well-known path and at the one suffixed with the
-    /// endpoint's path.
+    /// endpoint's path, readable from any origin (a browser-based client reads it before it has
+    /// anything to sign in with; it holds nothing private).
     pub fn routes(self: &Arc<Self>) -> Router {
         let mut router = Router::new();
         for path in &self.metadata_paths {
@@ -160,7 +162,12 @@ impl ResourceServer {
                 }),
             );
         }
-        router
+        router.layer(
+            CorsLayer::new()
+                .allow_origin(Any)
+                .allow_methods([axum::http::Method::GET])
+                .allow_headers(Any),
+        )
     }
 
     /// The challenge of a 401: where the metadata is, the scope to start with, and the error if a
