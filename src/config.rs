@@ -175,8 +175,8 @@ pub struct ServeArgs {
     pub auth_leeway_secs: u64,
 
     /// Resource-server sign-in: the least seconds between two fetches of the authorization
-    /// server's keys, which a token signed with an unknown key id triggers (at most an hour, so
-    /// that rotated keys are found).
+    /// server's keys, which a token signed with an unknown key id, or keys past their most age,
+    /// trigger (at most an hour, so that rotated keys are found).
     #[arg(long, env = "MOVIEDB_AUTH_KEY_REFRESH_SECS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub auth_key_refresh_secs: u64,

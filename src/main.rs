@@ -211,15 +211,17 @@ fn jwt_secret(args: &DatabaseArgs) -> anyhow::Result<Vec<u8>> {
         return Ok(secret.as_bytes().to_vec());
     }
     let path = args.data_dir.join("dev-jwt-secret");
-    let mut bytes = [0u8; 32];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    let generated = hex::encode(bytes);
-    if write_new_private(&path, &generated)? {
-        tracing::warn!(
-            "MOVIEDB_JWT_SECRET is not set: generated a development secret in {}",
-            path.display()
-        );
-        return Ok(generated.into_bytes());
+    if !path.exists() {
+        let mut bytes = [0u8; 32];
+        rand::thread_rng().fill_bytes(&mut bytes);
+        let generated = hex::encode(bytes);
+        if write_new_private(&path, &generated)? {
+            tracing::warn!(
+                "MOVIEDB_JWT_SECRET is not set: generated a development secret in {}",
+                path.display()
+            );
+            return Ok(generated.into_bytes());
+        }
     }
     // There already (an earlier run's, or another process's that started at the same time).
     let existing = std::fs::read_to_string(&path)
@@ -265,6 +267,24 @@ fn write_new_private(path: &Path, contents: &str) -> anyhow::Result<bool> {
     match linked {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        // A file system without hard links: created in place, mode 0600 all the same (a file
+        // cut short by a crash is then refused at the next start).
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::Unsupported | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            let created = options.open(path).and_then(|mut file| {
+                file.write_all(contents.as_bytes())?;
+                file.sync_all()
+            });
+            match created {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+                Err(e) => Err(e).with_context(|| format!("cannot write {}", path.display())),
+            }
+        }
         Err(e) => Err(e).with_context(|| format!("cannot write {}", path.display())),
     }
 }

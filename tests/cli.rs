@@ -141,7 +141,7 @@ fn token_refuses_a_user_name_no_token_could_carry_and_an_endless_lifetime() {
 }
 
 #[test]
-fn an_authorization_server_in_the_clear_is_refused_unless_on_loopback() {
+fn an_authorization_server_in_the_clear_is_refused() {
     let output = moviedb(&[
         "--auth-issuer",
         "http://auth.example.com",

@@ -800,7 +800,14 @@ async fn an_addition_waiting_on_a_row_locked_elsewhere_fails_in_time_and_can_be_
         .expect("lock dave's row");
 
     let arguments = json!({"subject": {"movieId": "7"}, "status": "WANT_TO_WATCH"});
-    let waited = dave.call("addToWatchlist", arguments.clone()).await;
+    // Past the lock limit (10 s), with room for a loaded machine; without a limit it would wait
+    // for good.
+    let waited = tokio::time::timeout(
+        Duration::from_secs(40),
+        dave.call("addToWatchlist", arguments.clone()),
+    )
+    .await
+    .expect("the addition fails in time instead of waiting on the lock");
     assert_rpc_error(&waited, -32603);
     holding.rollback().await.expect("release the row");
 

@@ -1,7 +1,7 @@
 //! Many callers' requests answered by one database call. Each call to the database costs far more
 //! than the work it carries (sqlx hands every SQLite statement to a thread of its own and back;
 //! PostgreSQL is a network round trip and, for a write, a commit), so requests that arrive while
-//! a call is under way wait for the next one and go together. A batch of writes can isolate
+//! a call is under way wait for the next one and go together. A batch of writes isolates
 //! refusals: when the database refuses a row of a call (a constraint, a trigger), that call's
 //! requests are tried again one by one, so that one bad request does not fail the others it
 //! travelled with.

@@ -31,6 +31,8 @@ use super::watchlist_batches::{self, ListedCheck, NewItem, OnList};
 const SQLITE_READERS: u32 = 4;
 /// PostgreSQL connections, shared by reads and writes.
 const POSTGRES_CONNECTIONS: u32 = 16;
+/// Longest the wait for a connection to the database, at start as for each request.
+const CONNECT_LIMIT: Duration = Duration::from_secs(10);
 /// Longest a PostgreSQL statement may run before the server ends it.
 const POSTGRES_STATEMENT_LIMIT: Duration = Duration::from_secs(30);
 /// Longest a PostgreSQL statement may wait for a lock.
@@ -106,8 +108,11 @@ impl Catalogue {
         } else {
             // Migrations run on a connection of their own, free of the time limits the pool's
             // connections set (a migration may rightly take longer than any request should).
-            let mut migrating = AnyConnection::connect(url)
+            let connecting = tokio::time::timeout(CONNECT_LIMIT, AnyConnection::connect(url));
+            let mut migrating = connecting
                 .await
+                .map_err(|_| anyhow::anyhow!("no answer within {CONNECT_LIMIT:?}"))
+                .and_then(|connected| connected.map_err(anyhow::Error::from))
                 .with_context(|| format!("cannot open the database at {}", redact(url)))?;
             sqlx::migrate!("migrations/postgres")
                 .run(&mut migrating)
@@ -315,7 +320,7 @@ impl Catalogue {
 fn pool_options(sqlite: bool, connections: u32) -> AnyPoolOptions {
     AnyPoolOptions::new()
         .max_connections(connections)
-        .acquire_timeout(Duration::from_secs(10))
+        .acquire_timeout(CONNECT_LIMIT)
         .test_before_acquire(!sqlite)
         .after_connect(move |conn, _| {
             Box::pin(async move {

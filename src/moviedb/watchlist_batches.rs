@@ -14,7 +14,7 @@ use sqlx::{Any, AnyPool, AssertSqlSafe, Row};
 use super::batch::{Batch, READ_TIME_LIMIT, Run};
 use super::model::{Title, WatchStatus};
 
-/// Is `title` on `user`'s list?
+/// What is `title` called, and is it on `user`'s list?
 #[derive(Clone)]
 pub struct ListedCheck {
     pub user: String,
