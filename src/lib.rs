@@ -13,6 +13,7 @@
 //!   provider) and the movie tools. It knows tools and `RequestContext`, never HTTP.
 //! - [`auth`]: sign-in with HS256 JWTs (`moviedb-mcp token`), on the library's principal.
 //! - [`config`] and [`app`]: the `MOVIEDB_*` settings and running the endpoint from them.
+//! - [`bounded`]: reading other services' answers up to a size.
 //! - From the library: [`protocol`] (wire types), [`mrtr`] (the engine: `ctx.elicit`, rounds,
 //!   sealed `requestState`), [`store`] (continuations and sessions, memory or Redis),
 //!   [`registry`], [`server`] (dispatch) and [`transport`] (Streamable HTTP).
@@ -28,6 +29,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod bounded;
 pub mod config;
 pub mod moviedb;
 

@@ -1267,6 +1267,33 @@ async fn invalid_and_expired_tokens_are_refused_with_401(backend: Backend) {
                 "{tool} with a token {what}: WWW-Authenticate {challenge:?}"
             );
         }
+        // A notification or a stray response is refused the same way, not accepted unread.
+        for (kind, body) in [
+            (
+                "notification",
+                json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                       "params": {"requestId": "r-1"}}),
+            ),
+            (
+                "response",
+                json!({"jsonrpc": "2.0", "id": "q-1", "result": {}}),
+            ),
+        ] {
+            let reply = session
+                .request("notifications/cancelled")
+                .raw_body(body.to_string())
+                .send()
+                .await;
+            assert_eq!(
+                (
+                    reply.status.as_u16(),
+                    reply.header("www-authenticate").is_some()
+                ),
+                (401, true),
+                "a {kind} with a token {what}: body {}",
+                reply.body_text()
+            );
+        }
     }
     assert!(
         carol.watchlist().await.is_empty(),

@@ -498,6 +498,20 @@ async fn keys_come_only_from_the_authorization_server_and_only_so_large() {
         stand_in_issuer(axum::routing::get(move || async move { axum::Json(huge) })).await;
     let said = refused_start(&bloated).await;
     assert!(said.contains("larger than"), "{said}");
+
+    // Sent in chunks without a length, it is cut off while being read.
+    let streamed = stand_in_issuer(axum::routing::get(|| async {
+        let document = json!({"keys": [], "padding": "x".repeat(300 * 1024)}).to_string();
+        let chunks: Vec<Result<Vec<u8>, std::io::Error>> = document
+            .into_bytes()
+            .chunks(16 * 1024)
+            .map(|chunk| Ok(chunk.to_vec()))
+            .collect();
+        axum::body::Body::from_stream(futures::stream::iter(chunks))
+    }))
+    .await;
+    let said = refused_start(&streamed).await;
+    assert!(said.contains("larger than"), "{said}");
 }
 
 #[tokio::test]

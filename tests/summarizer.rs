@@ -253,6 +253,36 @@ async fn a_refusal_gets_the_server_side_summary() {
 }
 
 #[tokio::test]
+async fn an_answer_larger_than_a_mebibyte_gets_the_server_side_summary() {
+    for (answer, how) in [
+        (Answer::Oversized(2 << 20), "with its length"),
+        (Answer::OversizedStream(2 << 20), "in chunks"),
+    ] {
+        let provider = FakeProvider::start(answer).await;
+        let server = Server::start(&provider_flags(&provider.base_url())).await;
+
+        let got = server.summarize(MOVIE).await;
+        assert_eq!(
+            got,
+            server_side(MOVIE, &server.reviews(MOVIE).await),
+            "an answer of 2 MiB sent {how}"
+        );
+        assert_eq!(provider.call_count(), 1);
+        server.assert_one_fallback_line("an answer larger than 1024 KiB");
+    }
+    // Just under the limit is read: the summary is cut to its longest kept length.
+    let provider = FakeProvider::start(Answer::OversizedStream(900 << 10)).await;
+    let server = Server::start(&provider_flags(&provider.base_url())).await;
+    let got = server.summarize(MOVIE).await;
+    assert!(
+        got["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("aaa")),
+        "{got}"
+    );
+}
+
+#[tokio::test]
 async fn a_fallback_is_cached_so_a_failing_provider_is_not_asked_again_at_once() {
     let provider = FakeProvider::start(Answer::Error(503, "overloaded".into())).await;
     let server = Server::start(&provider_flags(&provider.base_url())).await;
@@ -396,6 +426,46 @@ async fn past_the_calls_allowed_at_once_a_summary_is_the_servers_own() {
 }
 
 #[tokio::test]
+async fn a_busy_fallback_is_not_served_by_another_replica() {
+    let provider = FakeProvider::start(Answer::Held(WELL_FORMED.into())).await;
+    let data = Arc::new(DataDir::create());
+    let mut flags = provider_flags(&provider.base_url());
+    flags.extend([
+        "--llm-max-concurrent".into(),
+        "1".into(),
+        "--redis-url".into(),
+        redis_url(),
+        "--redis-prefix".into(),
+        format!("moviedb-summarizer-test-{}:", random_hex(8)),
+    ]);
+    let busy = Server::start_in(data.clone(), &flags).await;
+    let other = Server::start_in(data, &flags).await;
+
+    let mut held = busy.open_summary_stream(MOVIE, "holding").await;
+    read_until_progress(&mut held, 0.4).await;
+    assert!(
+        provider.wait_until(PATIENCE, |p| p.call_count() >= 1).await,
+        "the provider is asked for the first movie"
+    );
+    let fallback = busy.summarize(OTHER_MOVIE).await;
+    let reviews = busy.reviews(OTHER_MOVIE).await;
+    assert_eq!(fallback, server_side(OTHER_MOVIE, &reviews));
+    busy.assert_one_fallback_line("busy: all 1 calls allowed at once");
+    provider.release();
+    read_result(&mut held).await;
+
+    // The other replica had calls to spare: it asks the provider rather than repeat the busy
+    // replica's fallback.
+    let got = other.summarize(OTHER_MOVIE).await;
+    assert_eq!(
+        got["summary"],
+        json!("Reviewers adore its heart and its lead performances."),
+        "{got}"
+    );
+    assert_eq!(provider.call_count(), 2);
+}
+
+#[tokio::test]
 async fn a_new_review_changes_the_next_summary_without_waiting_for_the_cache() {
     let provider = FakeProvider::start(Answer::Text(WELL_FORMED.into())).await;
     let server = Server::start(&provider_flags(&provider.base_url())).await;
@@ -468,6 +538,41 @@ async fn closing_the_stream_cancels_the_provider_request() {
         json!("Reviewers adore its heart and its lead performances.")
     );
     assert_eq!(provider.call_count(), 2);
+}
+
+#[tokio::test]
+async fn a_caller_leaving_does_not_cancel_the_provider_call_others_wait_for() {
+    let provider = FakeProvider::start(Answer::Held(WELL_FORMED.into())).await;
+    let server = Server::start(&provider_flags(&provider.base_url())).await;
+
+    let mut leaving = server.open_summary_stream(MOVIE, "leaving").await;
+    read_until_progress(&mut leaving, 0.4).await;
+    let mut staying = server.open_summary_stream(MOVIE, "staying").await;
+    read_until_progress(&mut staying, 0.4).await;
+    assert!(
+        provider.wait_until(PATIENCE, |p| p.call_count() == 1).await,
+        "the provider is asked once for both"
+    );
+    // The second caller says "Summarizing" just before it joins the call: a moment for it to do.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(leaving);
+    // The server notices a closed stream at once (the test above waits for that hang-up): here
+    // none comes, and no second call either.
+    assert!(
+        !provider
+            .wait_until(Duration::from_secs(2), |p| p.hang_ups() > 0
+                || p.call_count() > 1)
+            .await,
+        "the call went on for the caller still waiting: {} hang-ups, {} calls",
+        provider.hang_ups(),
+        provider.call_count()
+    );
+    provider.release();
+    assert_eq!(
+        read_result(&mut staying).await["summary"],
+        json!("Reviewers adore its heart and its lead performances.")
+    );
+    assert_eq!((provider.call_count(), provider.hang_ups()), (1, 0));
 }
 
 #[tokio::test]

@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 use tower_http::cors::{Any, CorsLayer};
 
 use super::{AuthError, Authenticator, Caller, Principal, READ_SCOPE, WRITE_SCOPE, bearer_token};
+use crate::bounded::read_at_most;
 
 /// The longest a fetch from the authorization server may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -434,20 +435,9 @@ fn same_origin_redirects() -> reqwest::redirect::Policy {
 /// The JSON document at `url`, read up to [`MOST_FETCHED_BYTES`].
 async fn fetch_json(http: &reqwest::Client, url: &str) -> anyhow::Result<Value> {
     let mut response = http.get(url).send().await?.error_for_status()?;
-    let too_large = || anyhow::anyhow!("the document is larger than {MOST_FETCHED_BYTES} bytes");
-    if response
-        .content_length()
-        .is_some_and(|length| length > MOST_FETCHED_BYTES as u64)
-    {
-        return Err(too_large());
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        if body.len() + chunk.len() > MOST_FETCHED_BYTES {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
-    }
+    let body = read_at_most(&mut response, MOST_FETCHED_BYTES)
+        .await?
+        .with_context(|| format!("the document is larger than {MOST_FETCHED_BYTES} bytes"))?;
     Ok(serde_json::from_slice(&body)?)
 }
 

@@ -25,7 +25,8 @@ pub struct ReviewSummary {
 pub const MIN_REVIEWS_FOR_SUMMARY: usize = 3;
 const MAX_THEMES: usize = 5;
 
-/// Themes and the words that reveal them in a comment.
+/// Themes and the words that reveal them in a comment: a word of the comment that begins with
+/// one of them ("cast" in "casting", not in "forecast").
 const THEMES: [(&str, &[&str]); 12] = [
     (
         "performances",
@@ -81,16 +82,31 @@ pub fn band_sentence(average: f64, count: usize) -> String {
     format!("{verdict}, with an average score of {average:.1}/10 across {count} reviews.")
 }
 
-/// Up to five themes, the most often mentioned first.
+/// Up to five themes, the most often mentioned first (counted once per review).
 pub fn themes(reviews: &[Review]) -> Vec<String> {
-    let comments: Vec<String> = reviews.iter().map(|r| r.comment.to_lowercase()).collect();
+    let comments: Vec<Vec<String>> = reviews
+        .iter()
+        .map(|review| {
+            review
+                .comment
+                .to_lowercase()
+                .split(|c: char| !c.is_alphabetic())
+                .filter(|word| !word.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect();
     let mut counted: Vec<(usize, usize, &str)> = THEMES
         .iter()
         .enumerate()
-        .map(|(order, (theme, words))| {
+        .map(|(order, (theme, stems))| {
             let mentions = comments
                 .iter()
-                .filter(|comment| words.iter().any(|word| comment.contains(word)))
+                .filter(|words| {
+                    words
+                        .iter()
+                        .any(|word| stems.iter().any(|stem| word.starts_with(stem)))
+                })
                 .count();
             (mentions, order, *theme)
         })
@@ -174,6 +190,18 @@ mod tests {
         );
         assert!(summary.themes.is_empty());
         assert_eq!(summarize(9, &[]).average_score, None);
+    }
+
+    #[test]
+    fn a_theme_needs_a_word_that_begins_with_its_stem() {
+        let themes_of = |comment: &str| themes(&[review(7, comment)]);
+        assert_eq!(themes_of("The casting is perfect."), ["performances"]);
+        assert_eq!(
+            themes_of("Characters you believe; songs you hum."),
+            ["music", "characters"]
+        );
+        assert!(themes_of("A forecast of rain in a space station.").is_empty());
+        assert!(themes_of("Follow the guidelines for the broadcast.").is_empty());
     }
 
     #[test]

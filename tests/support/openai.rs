@@ -1,6 +1,7 @@
 //! A local LLM provider for the tests: a real HTTP server speaking the OpenAI chat-completions
 //! protocol (`POST /v1/chat/completions`) on 127.0.0.1 and a random port. It answers as the test
-//! scripts it (a text, slowly, only when released, an HTTP error, a refusal), counts the calls it
+//! scripts it (a text, slowly, only when released, an HTTP error, a refusal, a huge answer with or
+//! without its length), counts the calls it
 //! receives, keeps their headers and bodies, and notices when a caller hangs up before its answer
 //! is ready.
 
@@ -32,6 +33,11 @@ pub enum Answer {
     BadKey,
     /// 200 with a refusal, stopped by the content filter.
     Refusal(String),
+    /// 200 with a well-formed answer whose summary makes the body this many bytes at least,
+    /// sent with its `Content-Length`.
+    Oversized(usize),
+    /// The same, sent in chunks without a length.
+    OversizedStream(usize),
 }
 
 /// One call the provider received.
@@ -202,9 +208,25 @@ async fn chat_completions(
             error(401, &format!("Incorrect API key provided: {key}."))
         }
         Answer::Refusal(text) => completion(&model, "", "content_filter", Some(&text)),
+        Answer::Oversized(bytes) => completion(&model, &oversized(bytes), "stop", None),
+        Answer::OversizedStream(bytes) => {
+            let body = completion_body(&model, &oversized(bytes), "stop", None).to_string();
+            let chunks: Vec<Result<Vec<u8>, std::io::Error>> = body
+                .into_bytes()
+                .chunks(64 * 1024)
+                .map(|chunk| Ok(chunk.to_vec()))
+                .collect();
+            let body = axum::body::Body::from_stream(futures::stream::iter(chunks));
+            ([("content-type", "application/json")], body).into_response()
+        }
     };
     unanswered.answered = true;
     response
+}
+
+/// A two-line answer whose summary is `bytes` long.
+fn oversized(bytes: usize) -> String {
+    format!("SUMMARY: {}\nTHEMES: story", "a".repeat(bytes))
 }
 
 fn completion(
@@ -213,7 +235,16 @@ fn completion(
     finish_reason: &str,
     refusal: Option<&str>,
 ) -> Response {
-    Json(json!({
+    Json(completion_body(model, content, finish_reason, refusal)).into_response()
+}
+
+fn completion_body(
+    model: &Value,
+    content: &str,
+    finish_reason: &str,
+    refusal: Option<&str>,
+) -> Value {
+    json!({
         "id": "chatcmpl-test",
         "object": "chat.completion",
         "created": 1_767_225_600,
@@ -224,8 +255,7 @@ fn completion(
             "finish_reason": finish_reason
         }],
         "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
-    }))
-    .into_response()
+    })
 }
 
 fn error(status: u16, message: &str) -> Response {

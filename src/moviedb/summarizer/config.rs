@@ -162,13 +162,26 @@ fn non_empty(value: &Option<String>) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// An http(s) URL without its trailing slash (paths such as `/chat/completions` are appended).
+/// An http(s) URL without its trailing slash (paths such as `/chat/completions` are appended,
+/// so a query or fragment would end up in the middle). Credentials in it are refused, unshown:
+/// the client sends only the API key.
 fn checked_base_url(url: &str) -> anyhow::Result<String> {
     let trimmed = url.trim_end_matches('/');
     let parsed = reqwest::Url::parse(trimmed)
         .context("MOVIEDB_LLM_BASE_URL must be an http:// or https:// URL")?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
         bail!("MOVIEDB_LLM_BASE_URL must be an http:// or https:// URL");
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        bail!(
+            "MOVIEDB_LLM_BASE_URL must not carry credentials (they would not be sent): give the \
+             key as MOVIEDB_LLM_API_KEY"
+        );
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        bail!(
+            "MOVIEDB_LLM_BASE_URL must not have a query or fragment: request paths are appended to it"
+        );
     }
     Ok(trimmed.to_owned())
 }
@@ -270,6 +283,30 @@ mod tests {
                 .provider()
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_base_url_with_credentials_a_query_or_a_fragment_is_refused() {
+        let error = with(
+            Some("https://ann:sk-in-url@llm.example/v1"),
+            Some("m"),
+            None,
+        )
+        .provider()
+        .err()
+        .expect("refused");
+        assert!(
+            error.to_string().contains("MOVIEDB_LLM_API_KEY")
+                && !error.to_string().contains("sk-in-url"),
+            "{error}"
+        );
+        for odd in ["https://llm.example/v1?key=1", "https://llm.example/v1#top"] {
+            let error = with(Some(odd), Some("m"), None)
+                .provider()
+                .err()
+                .expect("refused");
+            assert!(error.to_string().contains("query or fragment"), "{error}");
+        }
     }
 
     #[test]

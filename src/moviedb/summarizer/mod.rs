@@ -4,8 +4,9 @@
 //!
 //! Without a provider or a lent model, the rules of [`crate::moviedb::summary`] write the summary.
 //! Otherwise movies with three or more reviews are summarized by the model, through the summary
-//! cache: one model call per movie and review set, shared by concurrent callers and, with Redis,
-//! by replicas. When the model fails (an HTTP error, a timeout, a refusal, no connection, a client
+//! cache: one provider call per movie and review set, shared by concurrent callers and, with
+//! Redis, by replicas (a client's lent model is asked by each of that client's calls that finds
+//! nothing cached). When the model fails (an HTTP error, a timeout, a refusal, no connection, a client
 //! that says no) the call still succeeds with the next source down (the provider after a lent
 //! model, then the server-side summary), the log says why, and that fallback is cached only
 //! briefly so a recovered model is soon used again. Our own mistakes are not hidden behind the
@@ -17,10 +18,12 @@ mod provider;
 
 pub use config::LlmArgs;
 
+use std::sync::Arc;
+
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
-use self::cache::{SummaryCache, SummaryKey};
+use self::cache::{Found, Keep, SummaryCache, SummaryKey};
 use self::config::CacheLifetimes;
 use self::provider::{Provider, ProviderError, ProviderFailure};
 use super::catalogue;
@@ -39,7 +42,8 @@ pub struct SummaryText {
 /// Writes review summaries: the provider when one is configured, a model the client lends when
 /// a legacy client offers sampling, and the server's own rules otherwise and as the fallback.
 pub struct Summarizer {
-    provider: Option<Provider>,
+    /// Shared with the summaries in flight, which outlive any one caller.
+    provider: Option<Arc<Provider>>,
     cache: SummaryCache,
     lifetimes: CacheLifetimes,
 }
@@ -73,7 +77,7 @@ enum Writer<'a> {
     /// A client's model (falling back on the provider, then the server).
     Lent(&'a dyn LentModel),
     /// The provider, its words cached under the key.
-    Provider(&'a Provider, SummaryKey),
+    Provider(&'a Arc<Provider>, SummaryKey),
     /// The server's rules.
     Server,
 }
@@ -103,7 +107,7 @@ impl Summarizer {
                     timeout_secs = config.timeout.as_secs(),
                     "review summaries are written by an LLM provider"
                 );
-                Some(Provider::new(config)?)
+                Some(Arc::new(Provider::new(config)?))
             }
         };
         let cache = match redis {
@@ -199,7 +203,7 @@ impl Summarizer {
             Some(lender) => {
                 let writer = format!("{LENT_MODEL}:{lender}|prompt {}", provider::PROMPT_VERSION);
                 let key = SummaryKey::new(movie_id, &writer, reviews);
-                self.cache.get_or_compute(&key, words).await
+                self.cache.get_or_compute_here(&key, words).await
             }
             None => Ok(words.await?.0),
         }
@@ -211,13 +215,16 @@ impl Summarizer {
         movie_id: i64,
         reviews: &[Review],
         model: &dyn LentModel,
-    ) -> anyhow::Result<(SummaryText, std::time::Duration)> {
+    ) -> anyhow::Result<(SummaryText, Keep)> {
         let prompt = provider::prompt(movie_id, reviews);
         match model
             .complete(provider::INSTRUCTIONS, &prompt, LENT_MODEL_MAX_TOKENS)
             .await
         {
-            Some(answer) => Ok((provider::parse_answer(&answer), self.lifetimes.provider)),
+            Some(answer) => Ok((
+                provider::parse_answer(&answer),
+                Keep::Everywhere(self.lifetimes.provider),
+            )),
             None => {
                 tracing::info!(movie_id, "the client's model gave no summary; falling back");
                 let text = match &self.provider {
@@ -228,70 +235,95 @@ impl Summarizer {
                     }
                     None => server_text(reviews),
                 };
-                Ok((text, self.lifetimes.fallback))
+                // What stood in for the client's model may be a fallback only this replica
+                // had to give (all its provider calls taken): kept here alone.
+                Ok((text, Keep::HereOnly(self.lifetimes.fallback)))
             }
         }
     }
 
     /// The provider's words for these reviews, cached under `key`; the server's when it fails.
+    /// The provider call is shared by every caller asking for `key` meanwhile, and cancelled when
+    /// the last of them leaves.
     async fn provider_text(
         &self,
-        provider: &Provider,
+        provider: &Arc<Provider>,
         key: &SummaryKey,
         movie_id: i64,
         reviews: &[Review],
     ) -> anyhow::Result<SummaryText> {
-        let mut computed = false;
-        let text = self
+        let found = self
             .cache
-            .get_or_compute(key, async {
-                computed = true;
-                let started = std::time::Instant::now();
-                let span = tracing::info_span!(
-                    "llm.summarize",
-                    otel.name = "llm.summarize",
-                    gen_ai.request.model = provider.model(),
-                    movie_id,
-                    reviews = reviews.len(),
-                    gen_ai.usage.input_tokens = tracing::field::Empty,
-                    gen_ai.usage.output_tokens = tracing::field::Empty,
-                    outcome = tracing::field::Empty,
-                    fallback = tracing::field::Empty,
-                );
-                let answer = provider
-                    .summarize(movie_id, reviews)
-                    .instrument(span.clone())
-                    .await;
-                let outcome = match &answer {
-                    Ok(_) => "ok",
-                    Err(ProviderError::Failed(failure)) => failure.kind(),
-                    Err(ProviderError::Internal(_)) => "internal",
-                };
-                span.record("outcome", outcome);
-                // A summary that found every call allowed at once taken made no call.
-                if !matches!(answer, Err(ProviderError::Failed(ProviderFailure::Busy(_)))) {
-                    metrics::counter!("moviedb_llm_calls_total", "model" => provider.model().to_owned(), "outcome" => outcome)
-                        .increment(1);
-                    metrics::histogram!("moviedb_llm_call_seconds").record(started.elapsed().as_secs_f64());
-                }
-                match answer {
-                    Ok(text) => Ok((text, self.lifetimes.provider)),
-                    Err(ProviderError::Failed(failure)) => {
-                        tracing::warn!(
-                            movie_id,
-                            "LLM provider failed, answering with the server-side summary: {failure}"
-                        );
-                        span.record("fallback", failure.kind());
-                        metrics::counter!("moviedb_llm_fallbacks_total", "reason" => failure.kind())
-                            .increment(1);
-                        Ok((server_text(reviews), self.lifetimes.fallback))
-                    }
-                    Err(ProviderError::Internal(error)) => Err(error),
-                }
+            .get_or_share(key, || {
+                ask_provider(provider.clone(), movie_id, reviews.to_vec(), self.lifetimes)
             })
             .await;
-        let result = if computed { "miss" } else { "hit" };
+        let result = match &found {
+            Ok((_, Found::Cached)) => "hit",
+            Ok((_, Found::Computed)) | Err(_) => "miss",
+        };
         metrics::counter!("moviedb_summary_cache_total", "result" => result).increment(1);
-        text
+        found.map(|(text, _)| text)
+    }
+}
+
+/// One provider call for `reviews` of `movie_id`, traced and counted, and how long its words
+/// (or the server's, when it fails) are kept. Owns what it needs: it runs for whichever caller
+/// still waits for it.
+async fn ask_provider(
+    provider: Arc<Provider>,
+    movie_id: i64,
+    reviews: Vec<Review>,
+    lifetimes: CacheLifetimes,
+) -> anyhow::Result<(SummaryText, Keep)> {
+    let started = std::time::Instant::now();
+    let span = tracing::info_span!(
+        "llm.summarize",
+        otel.name = "llm.summarize",
+        gen_ai.request.model = provider.model(),
+        movie_id,
+        reviews = reviews.len(),
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        fallback = tracing::field::Empty,
+    );
+    let answer = provider
+        .summarize(movie_id, &reviews)
+        .instrument(span.clone())
+        .await;
+    let outcome = match &answer {
+        Ok(_) => "ok",
+        Err(ProviderError::Failed(failure)) => failure.kind(),
+        Err(ProviderError::Internal(_)) => "internal",
+    };
+    span.record("outcome", outcome);
+    // A summary that found every call allowed at once taken made no call.
+    let busy = matches!(answer, Err(ProviderError::Failed(ProviderFailure::Busy(_))));
+    if !busy {
+        metrics::counter!("moviedb_llm_calls_total", "model" => provider.model().to_owned(), "outcome" => outcome)
+            .increment(1);
+        metrics::histogram!("moviedb_llm_call_seconds").record(started.elapsed().as_secs_f64());
+    }
+    match answer {
+        Ok(text) => Ok((text, Keep::Everywhere(lifetimes.provider))),
+        Err(ProviderError::Failed(failure)) => {
+            tracing::warn!(
+                movie_id,
+                "LLM provider failed, answering with the server-side summary: {failure}"
+            );
+            span.record("fallback", failure.kind());
+            metrics::counter!("moviedb_llm_fallbacks_total", "reason" => failure.kind())
+                .increment(1);
+            // Every call taken is this replica's state: another replica asks its own provider
+            // calls instead of serving this fallback.
+            let keep = if busy {
+                Keep::HereOnly(lifetimes.fallback)
+            } else {
+                Keep::Everywhere(lifetimes.fallback)
+            };
+            Ok((server_text(&reviews), keep))
+        }
+        Err(ProviderError::Internal(error)) => Err(error),
     }
 }

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
-use async_openai::middleware::ReqwestService;
+use async_openai::middleware::HttpRequestFactory;
 use async_openai::types::chat::{
     ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
     CreateChatCompletionRequest,
@@ -18,6 +18,7 @@ use serde::Deserialize;
 
 use super::SummaryText;
 use super::config::ProviderConfig;
+use crate::bounded::read_at_most;
 use crate::moviedb::model::Review;
 
 /// What the model is told to do. Reviews are anyone's words: the model is told they are data.
@@ -48,6 +49,9 @@ const MAX_THEME_CHARS: usize = 60;
 const CALL_WAIT: Duration = Duration::from_secs(2);
 /// Longest provider message repeated in the log, in characters.
 const LOGGED_MESSAGE_LIMIT: usize = 200;
+/// Largest answer read from the provider, in bytes. A summary is a few hundred bytes; without a
+/// bound a provider (or whatever answers at its address) could make the server hold anything.
+const MOST_ANSWER_BYTES: usize = 1024 * 1024;
 
 /// Why the provider gave no summary. Each of these means: answer with the server-side summary.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +66,8 @@ pub enum ProviderFailure {
     Refused(String),
     #[error("unreadable answer: {0}")]
     Unreadable(String),
+    #[error("an answer larger than {} KiB", MOST_ANSWER_BYTES / 1024)]
+    TooLarge,
     #[error("busy: all {0} calls allowed at once stayed in flight for {wait} s", wait = CALL_WAIT.as_secs())]
     Busy(usize),
 }
@@ -75,6 +81,7 @@ impl ProviderFailure {
             Self::Unreachable(_) => "unreachable",
             Self::Refused(_) => "refused",
             Self::Unreadable(_) => "unreadable",
+            Self::TooLarge => "too_large",
             Self::Busy(_) => "busy",
         }
     }
@@ -156,8 +163,7 @@ impl Provider {
             .context("setting up the HTTP client for the LLM provider")?;
         // No retry layer: a user is waiting, and the fallback answers at once; the provider is
         // asked again once the fallback's short cache life is over.
-        let client =
-            Client::build(http.clone(), openai).with_http_service(ReqwestService::new(http));
+        let client = Client::build(http.clone(), openai).with_http_service(CappedAnswers { http });
         let writer = format!(
             "{}|{}|{}|prompt {PROMPT_VERSION}",
             config.base_url, config.model, config.max_tokens
@@ -251,6 +257,7 @@ impl Provider {
             OpenAIError::Reqwest(e) => {
                 ProviderFailure::Unreachable(self.loggable(&chain(&e))).into()
             }
+            OpenAIError::Boxed(e) if e.is::<AnswerTooLarge>() => ProviderFailure::TooLarge.into(),
             OpenAIError::JSONDeserialize(e, body) => ProviderFailure::Unreadable(
                 self.loggable(&format!("{e}; the answer began {body:?}")),
             )
@@ -272,6 +279,58 @@ impl Provider {
         }
         text
     }
+}
+
+/// Sends the client's requests and reads each answer whole, refusing one larger than
+/// [`MOST_ANSWER_BYTES`] (the client itself would read any size).
+#[derive(Clone)]
+struct CappedAnswers {
+    http: reqwest::Client,
+}
+
+/// The provider's answer was larger than [`MOST_ANSWER_BYTES`].
+#[derive(Debug, thiserror::Error)]
+#[error("the answer is larger than {MOST_ANSWER_BYTES} bytes")]
+struct AnswerTooLarge;
+
+impl tower::Service<HttpRequestFactory> for CappedAnswers {
+    type Response = reqwest::Response;
+    type Error = OpenAIError;
+    type Future = futures::future::BoxFuture<'static, Result<reqwest::Response, OpenAIError>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), OpenAIError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: HttpRequestFactory) -> Self::Future {
+        let http = self.http.clone();
+        Box::pin(async move {
+            let request = request.build().await?;
+            let response = http.execute(request).await.map_err(OpenAIError::Reqwest)?;
+            read_capped(response, MOST_ANSWER_BYTES).await
+        })
+    }
+}
+
+/// `response` with its body read into memory, unless it is larger than `most` bytes.
+async fn read_capped(
+    mut response: reqwest::Response,
+    most: usize,
+) -> Result<reqwest::Response, OpenAIError> {
+    let Some(body) = read_at_most(&mut response, most)
+        .await
+        .map_err(OpenAIError::Reqwest)?
+    else {
+        return Err(OpenAIError::Boxed(Box::new(AnswerTooLarge)));
+    };
+    let mut whole = http::Response::new(body);
+    *whole.status_mut() = response.status();
+    *whole.version_mut() = response.version();
+    *whole.headers_mut() = std::mem::take(response.headers_mut());
+    Ok(reqwest::Response::from(whole))
 }
 
 /// An error and its causes, on one line.

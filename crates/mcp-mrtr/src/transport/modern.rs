@@ -32,7 +32,8 @@ use crate::server::{Era, RequestEnv, Server, ServerEvent, Subscription};
 use crate::store::Owner;
 use crate::tasks::Tasks;
 
-/// Serves a message of the 2026-07-28 wire.
+/// Serves a message of the 2026-07-28 wire. Every message needs the caller's credentials, as
+/// every HTTP request does: a notification or a response without them gets 401 like a request.
 pub(super) async fn post(
     endpoint: &Arc<Endpoint>,
     headers: &HeaderMap,
@@ -40,6 +41,16 @@ pub(super) async fn post(
     accept: Accept,
     incoming: Incoming,
 ) -> Result<Response<Body>, WireError> {
+    let request_id = match &incoming {
+        Incoming::Request { id, .. } => Some(id),
+        Incoming::Notification { .. } | Incoming::Response { .. } => None,
+    };
+    let caller = endpoint
+        .options
+        .authenticator
+        .authenticate(headers)
+        .await
+        .map_err(|e| WireError::unauthorized(&e).answering(request_id))?;
     match incoming {
         // No client notification is defined for this wire; accept and ignore, as the binding says.
         Incoming::Notification { .. } => Ok(accepted()),
@@ -50,28 +61,25 @@ pub(super) async fn post(
             Err(WireError::from(refusal).answering(Some(&id)))
         }
         Incoming::Request { id, method, params } => {
-            request(endpoint, headers, peer, accept, &id, &method, params)
+            let call = (caller, peer, accept);
+            request(endpoint, headers, call, &id, &method, params)
                 .await
                 .map_err(|e| e.answering(Some(&id)))
         }
     }
 }
 
-/// Validates a 2026-07-28 request and serves it.
+/// Validates a 2026-07-28 request of the signed-in `caller` (from `peer`, accepting `accept`)
+/// and serves it.
 async fn request(
     endpoint: &Arc<Endpoint>,
     headers: &HeaderMap,
-    peer: Option<IpAddr>,
-    accept: Accept,
+    (caller, peer, accept): (Caller, Option<IpAddr>, Accept),
     id: &RequestId,
     method: &str,
     params: Map<String, Value>,
 ) -> Result<Response<Body>, WireError> {
     let authenticator = &endpoint.options.authenticator;
-    let caller = authenticator
-        .authenticate(headers)
-        .await
-        .map_err(|e| WireError::unauthorized(&e))?;
     if let Some(scope) = missing_scope(&endpoint.server, &caller, method, &params).await? {
         let challenge = authenticator.insufficient_scope(&scope);
         return Err(WireError::insufficient_scope(&scope, &challenge));
