@@ -1216,9 +1216,10 @@ async fn a_key_given_twice_is_refused_before_anything_runs() {
     assert!(alice.watchlist().await.is_empty(), "nothing ran");
 }
 
-/// Checks that the server ended `stream` with the closing response to its listen request.
-async fn ended_by_the_server(stream: &mut support::EventStream) {
-    let closing = stream.expect_message(Duration::from_secs(10)).await;
+/// Checks that the server ended `stream`, `within` from now, with the closing response to its
+/// listen request.
+async fn ended_by_the_server(stream: &mut support::EventStream, within: Duration) {
+    let closing = stream.expect_message(within).await;
     assert_eq!(
         (&closing["id"], &closing["result"]["resultType"]),
         (
@@ -1228,6 +1229,30 @@ async fn ended_by_the_server(stream: &mut support::EventStream) {
         "the subscription's closing response: {closing}"
     );
     assert!(stream.ends_within(Duration::from_secs(10)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_stream_ends_when_the_token_that_opened_it_expires() {
+    let server = MovieServer::start(Backend::Sqlite).await;
+    let now = chrono::Utc::now().timestamp();
+    // Accepted until 5 s past its expiry (the development tokens' leeway): 7 s from now.
+    let brief = support::movies::sign_token(server.secret.as_bytes(), "ann", now, now + 2);
+    let mut expiring = listen_as(&server.with_token(&brief)).await;
+    acknowledged(&mut expiring).await;
+    let mut lasting = listen_as(&server.user("ann")).await;
+    acknowledged(&mut lasting).await;
+
+    ended_by_the_server(&mut expiring, Duration::from_secs(30)).await;
+    let ended_at = chrono::Utc::now().timestamp();
+    assert!(
+        ended_at >= now + 6,
+        "not before the token stopped being accepted: {} s after it was signed",
+        ended_at - now
+    );
+    assert!(
+        !lasting.ends_within(Duration::from_secs(1)).await,
+        "a stream opened with a token still good goes on"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1244,12 +1269,12 @@ async fn listen_streams_are_bounded_per_caller_and_in_all() {
     // A third from the same address takes the place of the oldest, which is told it ended.
     let mut third = listen_as(&anonymous).await;
     acknowledged(&mut third).await;
-    ended_by_the_server(&mut held[0]).await;
+    ended_by_the_server(&mut held[0], Duration::from_secs(10)).await;
     held.remove(0);
     held.push(third);
     // Another kind of stream, where the server has one, counts against the same caller's share.
     let fourth = another_anonymous_stream(&server).await;
-    ended_by_the_server(&mut held[0]).await;
+    ended_by_the_server(&mut held[0], Duration::from_secs(10)).await;
     held.remove(0);
 
     let mut bobs = listen_as(&server.user("bob")).await;

@@ -1293,6 +1293,12 @@ async fn invalid_and_expired_tokens_are_refused_with_401(backend: Backend) {
                 "a {kind} with a token {what}: body {}",
                 reply.body_text()
             );
+            let answer: Value = serde_json::from_str(&reply.body_text()).unwrap_or_default();
+            assert_eq!(
+                answer["id"],
+                body.get("id").cloned().unwrap_or(Value::Null),
+                "a {kind} with a token {what}: the refusal names what it answers: {answer}"
+            );
         }
     }
     assert!(

@@ -254,9 +254,28 @@ async fn a_refusal_gets_the_server_side_summary() {
 
 #[tokio::test]
 async fn an_answer_larger_than_a_mebibyte_gets_the_server_side_summary() {
-    for (answer, how) in [
-        (Answer::Oversized(2 << 20), "with its length"),
-        (Answer::OversizedStream(2 << 20), "in chunks"),
+    for (answer, how, reason) in [
+        (
+            Answer::Oversized(2 << 20),
+            "with its length",
+            "an answer larger than 1024 KiB",
+        ),
+        (
+            Answer::OversizedStream(2 << 20),
+            "in chunks",
+            "an answer larger than 1024 KiB",
+        ),
+        // An error page that large still says what went wrong.
+        (
+            Answer::Error(503, "x".repeat(2 << 20)),
+            "as an error",
+            "HTTP 503: an error page larger than 1024 KiB",
+        ),
+        (
+            Answer::Error(429, "x".repeat(2 << 20)),
+            "as a client error",
+            "HTTP 429: an error page larger than 1024 KiB",
+        ),
     ] {
         let provider = FakeProvider::start(answer).await;
         let server = Server::start(&provider_flags(&provider.base_url())).await;
@@ -268,7 +287,7 @@ async fn an_answer_larger_than_a_mebibyte_gets_the_server_side_summary() {
             "an answer of 2 MiB sent {how}"
         );
         assert_eq!(provider.call_count(), 1);
-        server.assert_one_fallback_line("an answer larger than 1024 KiB");
+        server.assert_one_fallback_line(reason);
     }
     // Just under the limit is read: the summary is cut to its longest kept length.
     let provider = FakeProvider::start(Answer::OversizedStream(900 << 10)).await;

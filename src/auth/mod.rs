@@ -73,7 +73,22 @@ impl Authenticator for JwtAuthenticator {
                 "invalid token: its subject {refusal}"
             )));
         }
-        Ok(Caller::unlimited(Principal::User(data.claims.sub)))
+        let caller = Caller::unlimited(Principal::User(data.claims.sub));
+        Ok(expiring(caller, data.claims.exp, self.validation.leeway))
+    }
+}
+
+/// `caller`, whose token expiring at `exp` (Unix seconds) stops being accepted once the second
+/// `leeway` seconds later is over (as the decoder counts); one expiring past what the clock can
+/// tell is taken as not expiring.
+fn expiring(caller: Caller, exp: i64, leeway: u64) -> Caller {
+    let seconds = u64::try_from(exp)
+        .unwrap_or(0)
+        .saturating_add(leeway)
+        .saturating_add(1);
+    match std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(seconds)) {
+        Some(at) => caller.expiring(at),
+        None => caller,
     }
 }
 
@@ -121,4 +136,17 @@ pub fn mint_token(secret: &[u8], user: &str, ttl: std::time::Duration) -> anyhow
         &claims,
         &jsonwebtoken::EncodingKey::from_secret(secret)?,
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_is_good_until_the_second_after_its_leeway_or_for_ever_past_the_clock() {
+        let user = || Caller::unlimited(Principal::User("ann".into()));
+        let expected = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000 + 5 + 1);
+        assert_eq!(expiring(user(), 1_000, 5).valid_until, Some(expected));
+        assert_eq!(expiring(user(), i64::MAX, 300).valid_until, None);
+    }
 }

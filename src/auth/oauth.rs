@@ -77,8 +77,47 @@ pub struct ResourceServer {
 #[derive(Deserialize)]
 struct Claims {
     sub: String,
+    /// Checked by the decoder; kept to end long-lived streams when the token expires. A
+    /// number of seconds, which RFC 7519 allows to have a fraction.
+    exp: f64,
+    /// RFC 9068's `scope`: space-separated, though some authorization servers send a list.
     #[serde(default)]
-    scope: Option<String>,
+    scope: Option<ScopeClaim>,
+    /// What some authorization servers (Okta, Microsoft Entra) send instead of `scope`: read
+    /// only then, so that an odd one beside a good `scope` does not spoil the token.
+    #[serde(default)]
+    scp: Option<Value>,
+}
+
+/// A scope claim as authorization servers write it.
+#[derive(Clone, Deserialize)]
+#[serde(untagged)]
+enum ScopeClaim {
+    Spaced(String),
+    Listed(Vec<String>),
+}
+
+impl Claims {
+    /// The scopes the token grants: `scope`, else `scp` (none if it is neither a string nor a
+    /// list of strings), else none.
+    fn scopes(&self) -> Vec<String> {
+        let scp = || {
+            self.scp
+                .clone()
+                .and_then(|scp| serde_json::from_value::<ScopeClaim>(scp).ok())
+        };
+        match self.scope.clone().or_else(scp) {
+            Some(ScopeClaim::Spaced(spaced)) => {
+                spaced.split_whitespace().map(str::to_owned).collect()
+            }
+            Some(ScopeClaim::Listed(listed)) => listed
+                .iter()
+                .flat_map(|scope| scope.split_whitespace())
+                .map(str::to_owned)
+                .collect(),
+            None => Vec::new(),
+        }
+    }
 }
 
 impl ResourceServer {
@@ -296,17 +335,15 @@ impl Authenticator for ResourceServer {
                     if let Some(refusal) = super::user_name_refusal(&data.claims.sub) {
                         return Err(self.refuse(&format!("the token's subject {refusal}")));
                     }
-                    let scopes = data
-                        .claims
-                        .scope
-                        .unwrap_or_default()
-                        .split_whitespace()
-                        .map(str::to_owned)
-                        .collect();
-                    return Ok(Caller {
+                    let scopes = data.claims.scopes();
+                    let caller = Caller {
                         principal: Principal::User(data.claims.sub),
                         scopes: Some(scopes),
-                    });
+                        valid_until: None,
+                    };
+                    // A fraction of a second counts as the second it is in, as the decoder does.
+                    let exp = data.claims.exp.floor() as i64;
+                    return Ok(super::expiring(caller, exp, self.leeway.as_secs()));
                 }
                 Err(e) => last_error = Some(e),
             }
@@ -487,5 +524,45 @@ fn signing_algorithm(jwk: &Jwk) -> Option<Algorithm> {
             let declared = format!("{declared:?}");
             (declared == format!("{by_type:?}")).then_some(by_type)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scopes_of(claims: Value) -> Vec<String> {
+        let mut claims = claims;
+        claims["exp"] = json!(2_000_000_000);
+        serde_json::from_value::<Claims>(claims)
+            .expect("claims that parse")
+            .scopes()
+    }
+
+    #[test]
+    fn scopes_are_read_spaced_or_listed_from_scope_or_scp() {
+        let both = [READ_SCOPE.to_owned(), WRITE_SCOPE.to_owned()];
+        let spaced = format!("{READ_SCOPE} {WRITE_SCOPE}");
+        assert_eq!(scopes_of(json!({"sub": "ann", "scope": spaced})), both);
+        assert_eq!(scopes_of(json!({"sub": "ann", "scope": both})), both);
+        assert_eq!(scopes_of(json!({"sub": "ann", "scp": both})), both);
+        assert_eq!(scopes_of(json!({"sub": "ann", "scp": spaced})), both);
+        // `scope` wins over `scp` when a token carries both.
+        assert_eq!(
+            scopes_of(json!({"sub": "ann", "scope": READ_SCOPE, "scp": both})),
+            [READ_SCOPE]
+        );
+        assert!(scopes_of(json!({"sub": "ann"})).is_empty());
+        let numeric = json!({"sub": "ann", "exp": 2_000_000_000, "scope": 7});
+        assert!(serde_json::from_value::<Claims>(numeric).is_err());
+        // An odd `scp` beside a good `scope` is not read; alone, it grants nothing.
+        assert_eq!(
+            scopes_of(json!({"sub": "ann", "scope": READ_SCOPE, "scp": [1]})),
+            [READ_SCOPE]
+        );
+        assert!(scopes_of(json!({"sub": "ann", "scp": 7})).is_empty());
+        // An expiry with a fraction of a second, as RFC 7519 allows.
+        let fractional = json!({"sub": "ann", "exp": 2_000_000_000.5});
+        assert!(serde_json::from_value::<Claims>(fractional).is_ok());
     }
 }

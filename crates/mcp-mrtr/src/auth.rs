@@ -1,6 +1,8 @@
 //! Who is calling: the principal the transport resolves for each request, the scopes its
 //! credentials grant, and the pluggable authenticator that resolves both.
 
+use std::time::SystemTime;
+
 use async_trait::async_trait;
 use axum::http::HeaderMap;
 
@@ -39,15 +41,25 @@ pub struct Caller {
     /// The OAuth scopes the caller's token grants; `None` when its credentials are not limited
     /// by scopes (anonymous callers, development tokens).
     pub scopes: Option<Vec<String>>,
+    /// When the caller's credentials stop being accepted (a token's expiry, leeway included);
+    /// `None` when they do not expire. A long-lived stream they opened ends then.
+    pub valid_until: Option<SystemTime>,
 }
 
 impl Caller {
-    /// A caller whose credentials are not limited by scopes.
+    /// A caller whose credentials are not limited by scopes and do not expire.
     pub fn unlimited(principal: Principal) -> Self {
         Self {
             principal,
             scopes: None,
+            valid_until: None,
         }
+    }
+
+    /// The same caller, whose credentials stop being accepted at `at`.
+    pub fn expiring(mut self, at: SystemTime) -> Self {
+        self.valid_until = Some(at);
+        self
     }
 
     /// Whether the caller may do what `scope` stands for.

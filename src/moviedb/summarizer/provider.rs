@@ -192,8 +192,8 @@ impl Provider {
         &self.writer
     }
 
-    /// Asks the model to summarize `reviews` of `movie_id`. The request is owned by the calling
-    /// task: dropping the returned future drops the HTTP request.
+    /// Asks the model to summarize `reviews` of `movie_id`. Dropping the returned future drops
+    /// the HTTP request.
     pub async fn summarize(
         &self,
         movie_id: i64,
@@ -282,7 +282,8 @@ impl Provider {
 }
 
 /// Sends the client's requests and reads each answer whole, refusing one larger than
-/// [`MOST_ANSWER_BYTES`] (the client itself would read any size).
+/// [`MOST_ANSWER_BYTES`] (the client itself would read any size). Only for calls answered in
+/// one piece: a streamed answer would be read whole, and cut off at that size.
 #[derive(Clone)]
 struct CappedAnswers {
     http: reqwest::Client,
@@ -315,16 +316,33 @@ impl tower::Service<HttpRequestFactory> for CappedAnswers {
     }
 }
 
-/// `response` with its body read into memory, unless it is larger than `most` bytes.
+/// `response` with its body read into memory, unless it is larger than `most` bytes. An error
+/// answer that large keeps its status, with a short error of ours as its body.
 async fn read_capped(
     mut response: reqwest::Response,
     most: usize,
 ) -> Result<reqwest::Response, OpenAIError> {
-    let Some(body) = read_at_most(&mut response, most)
+    let body = match read_at_most(&mut response, most)
         .await
         .map_err(OpenAIError::Reqwest)?
-    else {
-        return Err(OpenAIError::Boxed(Box::new(AnswerTooLarge)));
+    {
+        Some(body) => body,
+        None if response.status().is_success() => {
+            return Err(OpenAIError::Boxed(Box::new(AnswerTooLarge)));
+        }
+        None => {
+            response
+                .headers_mut()
+                .remove(reqwest::header::CONTENT_LENGTH);
+            let message = format!("an error page larger than {} KiB", most / 1024);
+            // The client reads a server error's body as its message, any other's as JSON.
+            if response.status().is_server_error() {
+                message.into_bytes()
+            } else {
+                serde_json::to_vec(&serde_json::json!({"error": {"message": message}}))
+                    .unwrap_or_default()
+            }
+        }
     };
     let mut whole = http::Response::new(body);
     *whole.status_mut() = response.status();

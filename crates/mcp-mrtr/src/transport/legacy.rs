@@ -25,7 +25,7 @@ use super::answer_relay::AnswerRelay;
 use super::headers::header_text;
 use super::respond::{Accept, WireError, accepted, streamed};
 use super::{Endpoint, TransportOptions, owner_of, sse};
-use crate::auth::Principal;
+use crate::auth::{Caller, Principal};
 use crate::log_budget::LogBudget;
 use crate::mrtr::{Asker, LegacyPeer, PendingAnswers, QuestionIds};
 use crate::observe;
@@ -388,8 +388,9 @@ pub(super) async fn get(
     uri: Uri,
     headers: HeaderMap,
 ) -> Result<Response<Body>, WireError> {
-    let (session_id, session) = session_of(&endpoint, &uri, &headers).await?;
-    let long_lived = endpoint.long_lived(&Owner::new(&session.owner), None, None)?;
+    let (session_id, session, valid_until) = session_of(&endpoint, &uri, &headers).await?;
+    let owner = Owner::new(&session.owner);
+    let long_lived = endpoint.long_lived((&owner, valid_until), None, None)?;
     let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
     let mut events = endpoint.server.events().subscribe();
     let watcher = endpoint.clone();
@@ -483,7 +484,7 @@ pub(super) async fn delete(
     uri: Uri,
     headers: HeaderMap,
 ) -> Result<Response<Body>, WireError> {
-    let (session_id, _) = session_of(&endpoint, &uri, &headers).await?;
+    let (session_id, _, _) = session_of(&endpoint, &uri, &headers).await?;
     match endpoint.legacy.sessions.delete_session(&session_id).await {
         Ok(()) => {
             if let Some(held_back) = SESSION_LINES.take() {
@@ -503,22 +504,26 @@ pub(super) async fn delete(
 }
 
 /// The session named by the request's header, once its head earns no
-/// [`Endpoint::head_refusal`], checked against its caller.
+/// [`Endpoint::head_refusal`], checked against its caller; with when the caller's credentials
+/// expire.
 async fn session_of(
     endpoint: &Arc<Endpoint>,
     uri: &Uri,
     headers: &HeaderMap,
-) -> Result<(String, Session), WireError> {
+) -> Result<(String, Session, Option<SystemTime>), WireError> {
     if let Some(refusal) = endpoint.head_refusal(uri, headers) {
         return Err(refusal);
     }
-    let principal = endpoint
+    let Caller {
+        principal,
+        valid_until,
+        ..
+    } = endpoint
         .options
         .authenticator
         .authenticate(headers)
         .await
-        .map_err(|e| WireError::unauthorized(&e))?
-        .principal;
+        .map_err(|e| WireError::unauthorized(&e))?;
     let session_id = header_text(headers, SESSION_HEADER)
         .map_err(|e| WireError::from(e).with_status(StatusCode::BAD_REQUEST))?
         .ok_or_else(|| {
@@ -526,7 +531,7 @@ async fn session_of(
         })?
         .to_owned();
     let session = load(endpoint, &session_id, &principal).await?;
-    Ok((session_id, session))
+    Ok((session_id, session, valid_until))
 }
 
 /// Loads a session and gives it its idle time again: 404 when unknown, ended or past its maximum

@@ -21,7 +21,7 @@ mod traffic;
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode, Uri};
@@ -161,13 +161,18 @@ impl Endpoint {
 
     /// How one of `owner`'s long-lived streams (`subscriptions/listen`, a legacy session's GET)
     /// is kept, once there is room for it: `opening` is its first message, `farewell` its last
-    /// when the server ends it.
+    /// when the server ends it, as it does when the credentials it was opened with stop being
+    /// accepted (`valid_until`).
     fn long_lived(
         &self,
-        owner: &Owner,
+        (owner, valid_until): (&Owner, Option<SystemTime>),
         opening: Option<Vec<u8>>,
         farewell: Option<Vec<u8>>,
     ) -> Result<sse::LongLived, streams::ServerFull> {
+        let ends_at = valid_until.map(|at| {
+            let left = at.duration_since(SystemTime::now()).unwrap_or_default();
+            tokio::time::Instant::now() + left.min(MOST_STREAM_LIFE)
+        });
         Ok(sse::LongLived {
             keepalive: self
                 .options
@@ -177,9 +182,14 @@ impl Endpoint {
             slot: self.streams.open(owner)?,
             opening: opening.map(|message| sse::frame(&message)),
             farewell: farewell.map(|message| sse::frame(&message)),
+            ends_at,
         })
     }
 }
+
+/// The furthest a stream's end is set by its credentials' expiry (a year): far enough for any
+/// token, and within what a timer takes.
+const MOST_STREAM_LIFE: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The largest body limit a transport takes (4 GiB less a byte): a body's claim on the budget of
 /// body bytes held at once is counted in `u32` permits.

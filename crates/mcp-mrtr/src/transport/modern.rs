@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
@@ -41,16 +41,16 @@ pub(super) async fn post(
     accept: Accept,
     incoming: Incoming,
 ) -> Result<Response<Body>, WireError> {
-    let request_id = match &incoming {
-        Incoming::Request { id, .. } => Some(id),
-        Incoming::Notification { .. } | Incoming::Response { .. } => None,
+    let answered_id = match &incoming {
+        Incoming::Request { id, .. } | Incoming::Response { id, .. } => Some(id),
+        Incoming::Notification { .. } => None,
     };
     let caller = endpoint
         .options
         .authenticator
         .authenticate(headers)
         .await
-        .map_err(|e| WireError::unauthorized(&e).answering(request_id))?;
+        .map_err(|e| WireError::unauthorized(&e).answering(answered_id))?;
     match incoming {
         // No client notification is defined for this wire; accept and ignore, as the binding says.
         Incoming::Notification { .. } => Ok(accepted()),
@@ -85,7 +85,7 @@ async fn request(
         return Err(WireError::insufficient_scope(&scope, &challenge));
     }
     let owner = owner_of(&caller.principal, peer);
-    let caller = (caller.principal, owner);
+    let caller = (caller.principal, owner, caller.valid_until);
     serve(endpoint, headers, accept, caller, id, method, params).await
 }
 
@@ -157,7 +157,7 @@ async fn serve(
     endpoint: &Arc<Endpoint>,
     headers: &HeaderMap,
     accept: Accept,
-    (principal, owner): (Principal, Owner),
+    (principal, owner, valid_until): (Principal, Owner, Option<SystemTime>),
     id: &RequestId,
     method: &str,
     params: Map<String, Value>,
@@ -223,7 +223,12 @@ async fn serve(
             registry.has_resources(),
             server.tasks().is_some(),
         );
-        return Ok(listen(endpoint, subscription, principal, &owner));
+        return Ok(listen(
+            endpoint,
+            subscription,
+            principal,
+            (&owner, valid_until),
+        ));
     }
 
     let wants_stream = accept.sse
@@ -368,13 +373,13 @@ impl Followed<'_> {
 
 /// Opens a `subscriptions/listen` stream, when its owner and the server have room for one more:
 /// the acknowledgement, then the events it opted into, with keep-alive comments, until the client
-/// goes away, or until the server drains and ends it with the closing response. A task's status
-/// goes only to the principal it belongs to.
+/// goes away, or until the server ends it with the closing response (it drains, or the caller's
+/// credentials expire). A task's status goes only to the principal it belongs to.
 fn listen(
     endpoint: &Arc<Endpoint>,
     subscription: Subscription,
     principal: Principal,
-    owner: &Owner,
+    owner: (&Owner, Option<SystemTime>),
 ) -> Response<Body> {
     let acknowledgement = Some(subscription.acknowledgement());
     let farewell = endpoint.server.subscription_ended(&subscription);

@@ -51,11 +51,14 @@ pub struct LongLived {
     pub opening: Option<Bytes>,
     /// The last frame, when the server ends the stream (a listen stream's closing response).
     pub farewell: Option<Bytes>,
+    /// When the server ends the stream: the moment the credentials it was opened with stop
+    /// being accepted.
+    pub ends_at: Option<tokio::time::Instant>,
 }
 
 /// An SSE response of `frames` (already framed), tied to the task behind `guard`: when the client
 /// goes away the body is dropped and the task aborted. A `long_lived` stream gets keep-alive
-/// comments and ends when the server drains or its slot is taken.
+/// comments and ends when the server drains, its slot is taken or its credentials expire.
 pub fn stream<S>(
     frames: S,
     guard: AbortOnDropHandle<()>,
@@ -75,6 +78,7 @@ where
             slot,
             opening,
             farewell,
+            ends_at,
         }) => {
             let ticks = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval_at(
                 tokio::time::Instant::now() + period,
@@ -85,9 +89,16 @@ where
             let ended_by_server = Arc::new(AtomicBool::new(false));
             let ended = ended_by_server.clone();
             let server_ends = async move {
+                let expired = async {
+                    match ends_at {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     () = drain.begun() => {}
                     () = replaced.notified() => {}
+                    () = expired => {}
                 }
                 ended.store(true, Ordering::Relaxed);
             };
