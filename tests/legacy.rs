@@ -432,6 +432,62 @@ async fn the_get_stream_delivers_list_changes() {
     assert_eq!(without_session.status(), 400);
 }
 
+#[tokio::test]
+async fn the_get_stream_ends_when_the_credentials_that_opened_it_expire() {
+    let server = TestServer::start().await;
+    let http = reqwest::Client::new();
+    let open = http
+        .post(server.url())
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("X-Test-User", "alice")
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).to_string())
+        .send()
+        .await
+        .expect("initialize");
+    let session = open
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .expect("a session id")
+        .to_owned();
+    let get = |valid_for_ms: Option<&'static str>| {
+        let mut request = http
+            .get(server.url())
+            .header("Accept", "text/event-stream")
+            .header("MCP-Protocol-Version", "2025-11-25")
+            .header(SESSION_HEADER, &session)
+            .header("X-Test-User", "alice");
+        if let Some(ms) = valid_for_ms {
+            request = request.header("X-Test-Valid-For-Ms", ms);
+        }
+        request.send()
+    };
+    let opened = std::time::Instant::now();
+    let expiring = get(Some("1000")).await.expect("GET");
+    let lasting = get(None).await.expect("GET");
+    assert_eq!(
+        (expiring.status().as_u16(), lasting.status().as_u16()),
+        (200, 200)
+    );
+
+    let whole = tokio::time::timeout(std::time::Duration::from_secs(10), expiring.bytes()).await;
+    assert!(
+        whole.is_ok_and(|body| body.is_ok()),
+        "the stream ended, cleanly, once its credentials expired"
+    );
+    assert!(
+        opened.elapsed() >= std::time::Duration::from_millis(900),
+        "not before they expired: {:?}",
+        opened.elapsed()
+    );
+    let still_open = tokio::time::timeout(std::time::Duration::from_secs(1), lasting.bytes()).await;
+    assert!(
+        still_open.is_err(),
+        "a stream opened with credentials that do not expire goes on"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The movie tools under legacy sessions, on replicas of the real binary sharing Redis and
 // PostgreSQL

@@ -1293,7 +1293,9 @@ async fn invalid_and_expired_tokens_are_refused_with_401(backend: Backend) {
                 "a {kind} with a token {what}: body {}",
                 reply.body_text()
             );
-            let answer: Value = serde_json::from_str(&reply.body_text()).unwrap_or_default();
+            let answer: Value = serde_json::from_str(&reply.body_text())
+                .unwrap_or_else(|e| panic!("a {kind}: the 401 is a JSON-RPC error ({e})"));
+            assert!(answer["error"].is_object(), "a {kind}: {answer}");
             assert_eq!(
                 answer["id"],
                 body.get("id").cloned().unwrap_or(Value::Null),

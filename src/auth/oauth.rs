@@ -89,6 +89,11 @@ struct Claims {
     scp: Option<Value>,
 }
 
+/// An `exp` with a fraction of a second taken to the nearest second, as the decoder takes it.
+fn whole_seconds(exp: f64) -> i64 {
+    exp.round() as i64
+}
+
 /// A scope claim as authorization servers write it.
 #[derive(Clone, Deserialize)]
 #[serde(untagged)]
@@ -341,8 +346,7 @@ impl Authenticator for ResourceServer {
                         scopes: Some(scopes),
                         valid_until: None,
                     };
-                    // A fraction of a second counts as the second it is in, as the decoder does.
-                    let exp = data.claims.exp.floor() as i64;
+                    let exp = whole_seconds(data.claims.exp);
                     return Ok(super::expiring(caller, exp, self.leeway.as_secs()));
                 }
                 Err(e) => last_error = Some(e),
@@ -561,8 +565,11 @@ mod tests {
             [READ_SCOPE]
         );
         assert!(scopes_of(json!({"sub": "ann", "scp": 7})).is_empty());
-        // An expiry with a fraction of a second, as RFC 7519 allows.
+        // An expiry with a fraction of a second, as RFC 7519 allows, counts to the nearest
+        // second, as the decoder counts it.
         let fractional = json!({"sub": "ann", "exp": 2_000_000_000.5});
-        assert!(serde_json::from_value::<Claims>(fractional).is_ok());
+        let claims = serde_json::from_value::<Claims>(fractional).expect("a fractional exp");
+        assert_eq!(whole_seconds(claims.exp), 2_000_000_001);
+        assert_eq!(whole_seconds(1_000.4), 1_000);
     }
 }

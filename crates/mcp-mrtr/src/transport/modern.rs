@@ -374,16 +374,17 @@ impl Followed<'_> {
 /// Opens a `subscriptions/listen` stream, when its owner and the server have room for one more:
 /// the acknowledgement, then the events it opted into, with keep-alive comments, until the client
 /// goes away, or until the server ends it with the closing response (it drains, or the caller's
-/// credentials expire). A task's status goes only to the principal it belongs to.
+/// credentials expire). `holder` is the stream's owner and when those credentials expire. A
+/// task's status goes only to the principal it belongs to.
 fn listen(
     endpoint: &Arc<Endpoint>,
     subscription: Subscription,
     principal: Principal,
-    owner: (&Owner, Option<SystemTime>),
+    holder: (&Owner, Option<SystemTime>),
 ) -> Response<Body> {
     let acknowledgement = Some(subscription.acknowledgement());
     let farewell = endpoint.server.subscription_ended(&subscription);
-    let long_lived = match endpoint.long_lived(owner, acknowledgement, farewell) {
+    let long_lived = match endpoint.long_lived(holder, acknowledgement, farewell) {
         Ok(long_lived) => long_lived,
         Err(refused) => {
             let refusal = WireError::from(refused).answering(subscription.id.as_ref());

@@ -18,7 +18,8 @@ use tokio::sync::oneshot;
 use super::Client;
 use super::fixtures::test_registry;
 
-/// Resolves the caller from an `X-Test-User` header; without it the caller is anonymous.
+/// Resolves the caller from an `X-Test-User` header; without it the caller is anonymous. An
+/// `X-Test-Valid-For-Ms` header makes the caller's credentials expire that long from now.
 pub struct TestUserAuthenticator;
 
 #[async_trait::async_trait]
@@ -31,7 +32,15 @@ impl Authenticator for TestUserAuthenticator {
                 _ => return Err(AuthError::new("X-Test-User must be a non-empty name")),
             },
         };
-        Ok(Caller::unlimited(principal))
+        let caller = Caller::unlimited(principal);
+        match headers.get("x-test-valid-for-ms") {
+            None => Ok(caller),
+            Some(value) => match value.to_str().ok().and_then(|ms| ms.parse::<u64>().ok()) {
+                Some(ms) => Ok(caller
+                    .expiring(std::time::SystemTime::now() + std::time::Duration::from_millis(ms))),
+                None => Err(AuthError::new("X-Test-Valid-For-Ms must be milliseconds")),
+            },
+        }
     }
 }
 
