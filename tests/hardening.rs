@@ -801,6 +801,108 @@ async fn idle_sockets_beyond_the_fd_limit_cannot_lock_others_out() {
     );
 }
 
+/// A caller whose token is refused gets its 401 without waiting for its body, and holds none of
+/// the server's turns meanwhile: with a single turn, another caller is served while the refused
+/// one trickles its body in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_token_is_refused_before_the_body_arrives() {
+    let launch = Launch::with_args(["--max-concurrent-requests", "1"]);
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let addr = address_of(server.url());
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\nmcp-protocol-version: {MODERN}\r\n\
+         authorization: Bearer not-a-jwt\r\ncontent-length: 1000\r\n\r\n{{\"jsonrpc\""
+    );
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .expect("send the headers and the start of a body");
+    // The rest of the body never comes; had the refused request taken the only turn while
+    // waiting for it, this one would get 503.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        lists_tools(&server).await,
+        "another caller is served meanwhile"
+    );
+    // Waiting for the body would end in 408 after 30 s; `read_more` gives up after 5 s of
+    // silence.
+    let mut received = Vec::new();
+    while !received.windows(4).any(|w| w == b"\r\n\r\n") {
+        if !read_more(&mut stream, &mut received).await {
+            break;
+        }
+    }
+    let answer = String::from_utf8_lossy(&received).to_ascii_lowercase();
+    assert!(
+        answer.starts_with("http/1.1 401"),
+        "a bad token is answered without its body: {answer:?}"
+    );
+    assert!(
+        answer.contains("www-authenticate: bearer error=\"invalid_token\""),
+        "with its challenge: {answer:?}"
+    );
+}
+
+/// A refused client that waits for `100 Continue` before sending its body is not asked for it:
+/// its first answer is the 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_client_waiting_to_send_its_body_is_not_asked_for_it() {
+    let server = MovieServer::start(Backend::Sqlite).await;
+    let addr = address_of(server.url());
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\nmcp-protocol-version: {MODERN}\r\n\
+         authorization: Bearer not-a-jwt\r\nexpect: 100-continue\r\ncontent-length: 1000\r\n\r\n"
+    );
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .expect("send the headers");
+    let mut received = Vec::new();
+    while !received.windows(4).any(|w| w == b"\r\n\r\n") {
+        if !read_more(&mut stream, &mut received).await {
+            break;
+        }
+    }
+    let answer = String::from_utf8_lossy(&received);
+    assert!(
+        answer.starts_with("HTTP/1.1 401"),
+        "the refusal comes first, without 100 Continue: {answer:?}"
+    );
+}
+
+/// A client whose token expired as it sent a large request reads its 401, not a broken
+/// connection: what it sends is read and dropped before the refusal goes out. (Unread, 12 MiB
+/// fill the socket's buffers and the client's write fails before it reads any answer.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_large_request_gets_its_401_intact() {
+    let launch = Launch::with_args(["--max-body-bytes", "16777216"]);
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let padding = "x".repeat(12 * 1024 * 1024);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "recommendMoviesForMood", "arguments": {"mood": "happy", "padding": padding},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN}}});
+    let http = http();
+    for attempt in 0..2 {
+        let reply = http
+            .post(server.url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", MODERN)
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "recommendMoviesForMood")
+            .header("authorization", "Bearer not-a-jwt")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("attempt {attempt}: the 401 arrives: {e:?}"));
+        assert_eq!(reply.status().as_u16(), 401, "attempt {attempt}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_listen_stream_outlives_the_idle_timeout() {
     let launch = Launch::with_args(["--idle-timeout-secs", "2", "--keepalive-secs", "1"]);

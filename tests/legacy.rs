@@ -349,25 +349,32 @@ async fn sessions_are_checked_and_end_with_delete() {
     assert_eq!(client.delete_session().await, 404);
 }
 
-#[tokio::test]
-async fn a_session_belongs_to_the_user_who_opened_it() {
-    let server = TestServer::start().await;
-    let http = reqwest::Client::new();
+/// The id of a 2025-11-25 session that `user` (the test authenticator's `X-Test-User`) opens.
+async fn session_of(http: &reqwest::Client, server: &TestServer, user: &str) -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}});
     let open = http
         .post(server.url())
         .header("Content-Type", "application/json")
         .header("Accept", "application/json, text/event-stream")
-        .header("X-Test-User", "alice")
-        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).to_string())
+        .header("X-Test-User", user)
+        .body(initialize.to_string())
         .send()
         .await
         .expect("initialize");
-    let session = open
-        .headers()
+    open.headers()
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .expect("a session id")
-        .to_owned();
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_session_belongs_to_the_user_who_opened_it() {
+    let server = TestServer::start().await;
+    let http = reqwest::Client::new();
+    let session = session_of(&http, &server, "alice").await;
     let list = |user: &'static str| {
         http.post(server.url())
             .header("Content-Type", "application/json")
@@ -436,21 +443,7 @@ async fn the_get_stream_delivers_list_changes() {
 async fn the_get_stream_ends_when_the_credentials_that_opened_it_expire() {
     let server = TestServer::start().await;
     let http = reqwest::Client::new();
-    let open = http
-        .post(server.url())
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .header("X-Test-User", "alice")
-        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).to_string())
-        .send()
-        .await
-        .expect("initialize");
-    let session = open
-        .headers()
-        .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .expect("a session id")
-        .to_owned();
+    let session = session_of(&http, &server, "alice").await;
     let get = |valid_for_ms: Option<&'static str>| {
         let mut request = http
             .get(server.url())

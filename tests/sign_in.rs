@@ -826,6 +826,94 @@ async fn a_key_the_authorization_server_withdrew_stops_signing_in_once_the_keys_
     }
 }
 
+/// An RSA key made by `openssl` for the test: the signing key, and its modulus in base64url, as a
+/// key set publishes it.
+fn rsa_key() -> (jsonwebtoken::EncodingKey, String) {
+    let path = std::env::temp_dir().join(format!("moviedb-rsa-{}", random_hex(6)));
+    let openssl = |args: &[&str]| {
+        let ran = Command::new("openssl")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("openssl is installed");
+        assert!(ran.status.success(), "openssl {args:?}: {ran:?}");
+        ran.stdout
+    };
+    let (pem, der) = (path.with_extension("pem"), path.with_extension("der"));
+    let (pem, der) = (pem.to_string_lossy(), der.to_string_lossy());
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "RSA",
+        "-pkeyopt",
+        "rsa_keygen_bits:2048",
+        "-out",
+        &pem,
+    ]);
+    // PKCS #1, as jsonwebtoken reads an RSA key in DER.
+    openssl(&[
+        "rsa",
+        "-in",
+        &pem,
+        "-traditional",
+        "-outform",
+        "DER",
+        "-out",
+        &der,
+    ]);
+    let modulus = String::from_utf8(openssl(&["rsa", "-in", &pem, "-noout", "-modulus"]))
+        .expect("openssl writes text");
+    let key = jsonwebtoken::EncodingKey::from_rsa_der(&std::fs::read(&*der).expect("the key"));
+    for file in [&*pem, &*der] {
+        let _ = std::fs::remove_file(file);
+    }
+    let hex = modulus.trim().trim_start_matches("Modulus=");
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hexadecimal"))
+        .collect();
+    (key, URL_SAFE_NO_PAD.encode(bytes))
+}
+
+#[tokio::test]
+async fn a_token_naming_its_key_is_checked_against_a_key_published_without_an_id() {
+    let (key, modulus) = rsa_key();
+    let key_set = json!({"keys": [{"kty": "RSA", "use": "sig", "alg": "RS256", "n": modulus,
+                                   "e": "AQAB"}]});
+    let issuer = stand_in_issuer(axum::routing::get(
+        move || async move { axum::Json(key_set) },
+    ))
+    .await;
+    let server = resource_server(&issuer).await;
+    let now = chrono::Utc::now().timestamp();
+    let claims = json!({"iss": issuer, "aud": server.url(), "sub": "dana", "iat": now,
+                        "exp": now + 300, "scope": READ});
+    let signed = |kid: Option<&str>| {
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+        header.kid = kid.map(str::to_owned);
+        jsonwebtoken::encode(&header, &claims, &key).expect("a signed token")
+    };
+    for kid in [Some("rotation-7"), None] {
+        let reply = list_tools(&server, &signed(kid)).await;
+        assert_eq!(
+            reply.status.as_u16(),
+            200,
+            "a token with key id {kid:?}: {}",
+            reply.body_text()
+        );
+    }
+    // A key the server does not publish is refused all the same.
+    let (other_key, _) = rsa_key();
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+    header.kid = Some("rotation-7".to_owned());
+    let forged = jsonwebtoken::encode(&header, &claims, &other_key).expect("a signed token");
+    assert_challenge(
+        &list_tools(&server, &forged).await,
+        401,
+        &["error=\"invalid_token\""],
+    );
+}
+
 #[tokio::test]
 async fn rotated_keys_are_fetched_again_but_made_up_key_ids_fetch_at_most_once_an_interval() {
     const FETCHED: &str = "fetched the authorization server's keys again";

@@ -237,7 +237,7 @@ impl ResourceServer {
 
     /// The keys for `kid` that sign with `alg`, fetching the keys again first when they are past
     /// their most age, or after when `kid` is unknown (in both cases only when the last fetch is
-    /// old enough).
+    /// old enough); for a `kid` still unknown then, the keys published without an id.
     async fn keys_for(&self, kid: &str, alg: Algorithm) -> Vec<DecodingKey> {
         // Old keys are fetched again by one request; the others, meanwhile, go on with them
         // rather than wait for an authorization server that may be slow or away.
@@ -252,13 +252,24 @@ impl ResourceServer {
         if !known.is_empty() {
             return known;
         }
+        // In a key set that names none of its keys, a token's key id is no sign of a rotation:
+        // its keys are tried without a fetch, and without waiting for one.
+        if let Some(unnamed) = self.all_unnamed(alg) {
+            return unnamed;
+        }
         let last = self.last_refresh.lock().await;
         let known = self.lookup(kid, alg);
         if !known.is_empty() {
             return known;
         }
         self.fetch_again(last, "unknown key id").await;
-        self.lookup(kid, alg)
+        let known = self.lookup(kid, alg);
+        // A key id is optional in a key set and only a hint in a token: a token naming a key the
+        // authorization server publishes without an id is checked with those keys.
+        if known.is_empty() && !kid.is_empty() {
+            return self.unnamed(alg);
+        }
+        known
     }
 
     fn fetched_at(&self) -> Instant {
@@ -284,6 +295,8 @@ impl ResourceServer {
         }
     }
 
+    /// The published keys that sign with `alg`: those named `kid`, or all of them for a token
+    /// naming no key.
     fn lookup(&self, kid: &str, alg: Algorithm) -> Vec<DecodingKey> {
         let set = self.keys.read().unwrap_or_else(|p| p.into_inner());
         let keys = &set.keys;
@@ -293,12 +306,33 @@ impl ResourceServer {
         } else {
             Box::new(keys.get(kid).into_iter())
         };
-        candidates
-            .flatten()
-            .filter(|(signs, _)| *signs == alg)
-            .map(|(_, key)| key.clone())
-            .collect()
+        signing_with(candidates, alg)
     }
+
+    /// The keys published without a key id that sign with `alg`.
+    fn unnamed(&self, alg: Algorithm) -> Vec<DecodingKey> {
+        let set = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        signing_with(set.keys.get("").into_iter(), alg)
+    }
+
+    /// [`Self::unnamed`] when no published key has an id.
+    fn all_unnamed(&self, alg: Algorithm) -> Option<Vec<DecodingKey>> {
+        let set = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let unnamed = set.keys.get("")?;
+        (set.keys.len() == 1).then(|| signing_with(std::iter::once(unnamed), alg))
+    }
+}
+
+/// The keys among `candidates` that sign with `alg`.
+fn signing_with<'a>(
+    candidates: impl Iterator<Item = &'a Vec<(Algorithm, DecodingKey)>>,
+    alg: Algorithm,
+) -> Vec<DecodingKey> {
+    candidates
+        .flatten()
+        .filter(|(signs, _)| *signs == alg)
+        .map(|(_, key)| key.clone())
+        .collect()
 }
 
 #[async_trait::async_trait]

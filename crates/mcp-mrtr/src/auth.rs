@@ -97,7 +97,9 @@ impl AuthError {
     }
 }
 
-/// Resolves the caller of a request from its HTTP headers.
+/// Resolves the caller of a request from its HTTP headers. It runs before the request's body is
+/// read and before the request takes a turn among the concurrent requests, so that a refused
+/// caller holds neither.
 #[async_trait]
 pub trait Authenticator: Send + Sync + 'static {
     /// The caller named by `headers`, or an [`AuthError`] to refuse the request with HTTP 401.

@@ -53,7 +53,7 @@ pub struct TraceCarrier {
 }
 
 impl TraceCarrier {
-    /// The three entries of `_meta` (or of HTTP headers, through `get`).
+    /// The three entries, read through `get` (from `_meta`, say).
     pub fn read<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Self {
         let text = |key: &str| get(key).map(str::to_owned);
         Self {

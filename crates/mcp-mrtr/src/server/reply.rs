@@ -17,11 +17,12 @@ use crate::protocol::version::META_SERVER_INFO;
 
 /// The `_meta` of every modern result: the server's name and version under
 /// `io.modelcontextprotocol/serverInfo` (the spec's per-response protocol field), kept written
-/// out for typed results and as a tree for results built as JSON.
+/// out for typed results and as a tree for results built as JSON. Both are shared: every reply
+/// takes a copy.
 #[derive(Debug, Clone)]
 pub struct ResultMeta {
     written: Arc<RawValue>,
-    tree: Map<String, Value>,
+    tree: Arc<Map<String, Value>>,
 }
 
 impl ResultMeta {
@@ -34,7 +35,10 @@ impl ResultMeta {
         let written = Arc::from(
             serde_json::value::to_raw_value(&tree).expect("a map of strings always serializes"),
         );
-        Self { written, tree }
+        Self {
+            written,
+            tree: Arc::new(tree),
+        }
     }
 
     /// Adds its fields to `result`'s `_meta`, keeping any the result has.
@@ -43,7 +47,7 @@ impl ResultMeta {
             .entry("_meta")
             .or_insert_with(|| Value::Object(Map::new()));
         if let Some(meta) = meta.as_object_mut() {
-            for (key, value) in &self.tree {
+            for (key, value) in self.tree.iter() {
                 meta.insert(key.clone(), value.clone());
             }
         }

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, Uri};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, Uri};
 use axum::response::IntoResponse;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -22,7 +22,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::answer_relay::AnswerRelay;
-use super::headers::header_text;
+use super::headers::{MCP_PROTOCOL_VERSION, header_text};
 use super::respond::{Accept, WireError, accepted, streamed};
 use super::{Endpoint, TransportOptions, owner_of, sse};
 use crate::auth::{Caller, Principal};
@@ -50,7 +50,7 @@ const MAX_SESSION_BYTES: usize = 64 * 1024;
 
 /// The newest legacy revision, offered when a client asks for one this server does not speak.
 const LATEST_LEGACY: &str = "2025-11-25";
-const SESSION_HEADER: &str = "mcp-session-id";
+static SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 
 /// Settings of the legacy wire.
 pub struct LegacyOptions {
@@ -139,7 +139,7 @@ impl Session {
 /// compatibility section: a request with modern `_meta` is always served statelessly; a legacy
 /// `initialize` with a `_meta` of its own still opens a session).
 pub(super) fn routes_here(headers: &HeaderMap, incoming: &Incoming) -> bool {
-    if headers.contains_key(SESSION_HEADER) {
+    if headers.contains_key(&SESSION_HEADER) {
         return true;
     }
     let has_meta = match incoming {
@@ -152,7 +152,7 @@ pub(super) fn routes_here(headers: &HeaderMap, incoming: &Incoming) -> bool {
         return false;
     }
     match headers
-        .get("mcp-protocol-version")
+        .get(&MCP_PROTOCOL_VERSION)
         .and_then(|v| v.to_str().ok())
     {
         None => true,
@@ -160,20 +160,16 @@ pub(super) fn routes_here(headers: &HeaderMap, incoming: &Incoming) -> bool {
     }
 }
 
-/// Serves a message of the 2025-11-25 wire: `initialize` opens a session, anything else needs
-/// one.
+/// Serves a message of the 2025-11-25 wire from `caller`, signed in at the front door, from
+/// `peer`: `initialize` opens a session, anything else needs one.
 pub(super) async fn post(
     endpoint: &Arc<Endpoint>,
     headers: &HeaderMap,
-    peer: Option<IpAddr>,
+    (caller, peer): (Caller, Option<IpAddr>),
     accept: Accept,
     incoming: Incoming,
 ) -> Result<Response<Body>, WireError> {
     let authenticator = &endpoint.options.authenticator;
-    let caller = authenticator
-        .authenticate(headers)
-        .await
-        .map_err(|e| WireError::unauthorized(&e).answering(request_id(&incoming).as_ref()))?;
     if let Incoming::Request { id, method, params } = &incoming
         && method == Method::ToolsCall.as_str()
         && let Some(scope) = params
@@ -187,7 +183,7 @@ pub(super) async fn post(
         return Err(WireError::insufficient_scope(scope, &challenge).answering(Some(id)));
     }
     let principal = caller.principal;
-    let session_id = header_text(headers, SESSION_HEADER)
+    let session_id = header_text(headers, &SESSION_HEADER)
         .map_err(|e| WireError::from(e).with_status(StatusCode::BAD_REQUEST))?
         .map(str::to_owned);
     let Some(session_id) = session_id else {
@@ -376,7 +372,7 @@ async fn initialize(
     }
     let mut response = ok(id, result);
     if let Ok(value) = HeaderValue::from_str(&session_id) {
-        response.headers_mut().insert(SESSION_HEADER, value);
+        response.headers_mut().insert(SESSION_HEADER.clone(), value);
     }
     response
 }
@@ -524,7 +520,7 @@ async fn session_of(
         .authenticate(headers)
         .await
         .map_err(|e| WireError::unauthorized(&e))?;
-    let session_id = header_text(headers, SESSION_HEADER)
+    let session_id = header_text(headers, &SESSION_HEADER)
         .map_err(|e| WireError::from(e).with_status(StatusCode::BAD_REQUEST))?
         .ok_or_else(|| {
             WireError::refused(StatusCode::BAD_REQUEST, "Missing Mcp-Session-Id header")

@@ -219,15 +219,33 @@ fn body_bytes(options: &TransportOptions) -> Arc<tokio::sync::Semaphore> {
 /// anonymous caller's address (its /64 for IPv6, which one client usually holds whole).
 pub(crate) fn owner_of(principal: &Principal, peer: Option<IpAddr>) -> Owner {
     match (principal, peer) {
-        (Principal::Anonymous, Some(IpAddr::V4(address))) => {
-            Owner::new(&format!("address:{address}"))
-        }
+        (Principal::Anonymous, Some(IpAddr::V4(address))) => Owner::new(&v4_name(address)),
         (Principal::Anonymous, Some(IpAddr::V6(address))) => {
             let network = u128::from(address) & !((1u128 << 64) - 1);
             Owner::new(&format!("address:{}/64", std::net::Ipv6Addr::from(network)))
         }
         _ => Owner::new(&principal.id()),
     }
+}
+
+/// `address:a.b.c.d`, written digit by digit: `Display` for an address goes through the
+/// formatter's padding machinery, a measurable part of an anonymous caller's request.
+fn v4_name(address: std::net::Ipv4Addr) -> String {
+    let mut name = String::with_capacity("address:255.255.255.255".len());
+    name.push_str("address:");
+    for (i, octet) in address.octets().into_iter().enumerate() {
+        if i > 0 {
+            name.push('.');
+        }
+        if octet >= 100 {
+            name.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            name.push(char::from(b'0' + octet / 10 % 10));
+        }
+        name.push(char::from(b'0' + octet % 10));
+    }
+    name
 }
 
 /// Serves `router` on `listener` within `limits` until `drain` begins: connections capped, slow
@@ -241,4 +259,24 @@ pub async fn serve(
     drain: Drain,
 ) {
     listen::serve(listener, router, limits, drain).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::v4_name;
+
+    #[test]
+    fn an_ipv4_owner_is_named_as_the_address_is_written() {
+        for address in [
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::LOCALHOST,
+            Ipv4Addr::BROADCAST,
+            Ipv4Addr::new(10, 99, 100, 9),
+            Ipv4Addr::new(192, 168, 1, 250),
+        ] {
+            assert_eq!(v4_name(address), format!("address:{address}"));
+        }
+    }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
-use axum::http::{HeaderMap, Response, StatusCode};
+use axum::http::{HeaderMap, HeaderName, Response, StatusCode};
 use axum::response::IntoResponse as _;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -24,33 +24,27 @@ use super::{Endpoint, owner_of, sse};
 use crate::auth::{Caller, Principal};
 use crate::protocol::jsonrpc::success_bytes;
 use crate::protocol::version::TASKS_EXTENSION;
-use crate::protocol::{
-    Incoming, Method, ProtocolError, RequestId, RequestMeta, TraceCarrier, version,
-};
+use crate::protocol::{Incoming, Method, ProtocolError, RequestId, RequestMeta, version};
 use crate::server::events::MAX_TASK_IDS;
 use crate::server::{Era, RequestEnv, Server, ServerEvent, Subscription};
 use crate::store::Owner;
 use crate::tasks::Tasks;
 
-/// Serves a message of the 2026-07-28 wire. Every message needs the caller's credentials, as
-/// every HTTP request does: a notification or a response without them gets 401 like a request.
+// The W3C trace context headers, named once rather than parsed at every lookup.
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+static BAGGAGE: HeaderName = HeaderName::from_static("baggage");
+
+/// Serves a message of the 2026-07-28 wire from `caller`, signed in (every message needs the
+/// caller's credentials, as every HTTP request does: a notification or a response without them got
+/// 401 at the front door like a request), from `peer`.
 pub(super) async fn post(
     endpoint: &Arc<Endpoint>,
     headers: &HeaderMap,
-    peer: Option<IpAddr>,
+    (caller, peer): (Caller, Option<IpAddr>),
     accept: Accept,
     incoming: Incoming,
 ) -> Result<Response<Body>, WireError> {
-    let answered_id = match &incoming {
-        Incoming::Request { id, .. } | Incoming::Response { id, .. } => Some(id),
-        Incoming::Notification { .. } => None,
-    };
-    let caller = endpoint
-        .options
-        .authenticator
-        .authenticate(headers)
-        .await
-        .map_err(|e| WireError::unauthorized(&e).answering(answered_id))?;
     match incoming {
         // No client notification is defined for this wire; accept and ignore, as the binding says.
         Incoming::Notification { .. } => Ok(accepted()),
@@ -167,13 +161,16 @@ async fn serve(
     };
     let mut meta = RequestMeta::from_params(&params)?;
     // W3C trace context as HTTP carries it, for clients that set the headers only.
-    let from_headers = TraceCarrier::read(|key| headers.get(key).and_then(|v| v.to_str().ok()));
+    let header = |name: &HeaderName| {
+        let value = headers.get(name)?.to_str().ok()?;
+        Some(value.to_owned())
+    };
     if meta.trace.traceparent.is_none() {
-        meta.trace.traceparent = from_headers.traceparent;
-        meta.trace.tracestate = from_headers.tracestate;
+        meta.trace.traceparent = header(&TRACEPARENT);
+        meta.trace.tracestate = header(&TRACESTATE);
     }
     if meta.trace.baggage.is_none() {
-        meta.trace.baggage = from_headers.baggage;
+        meta.trace.baggage = header(&BAGGAGE);
     }
     if header_version != meta.protocol_version {
         return Err(ProtocolError::header_mismatch(format!(
