@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use moviedb_mcp::app;
-use moviedb_mcp::auth::oauth::{KeyRefresh, ResourceServer};
+use moviedb_mcp::auth::keys::KeyRefresh;
+use moviedb_mcp::auth::oauth::ResourceServer;
 use moviedb_mcp::auth::{Authenticator, JwtAuthenticator, mint_token};
 use moviedb_mcp::config::ServeArgs;
 use moviedb_mcp::moviedb::summarizer::{LlmArgs, Summarizer};
@@ -174,6 +175,7 @@ async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
         }
     };
     let router = service::router(&settings, registry, info, Events::new(), authenticator).await?;
+    let with_authorization_server = sign_in.is_some();
     let router = match sign_in {
         Some(routes) => router.merge(routes),
         None => router,
@@ -183,7 +185,15 @@ async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
             app::serve_metrics_apart(bind, metrics).await?;
             router
         }
-        None => router.merge(app::metrics_routes(metrics)),
+        None => {
+            if with_authorization_server {
+                tracing::warn!(
+                    "/metrics is served on the MCP listener, to callers without a token: \
+                     --metrics-bind moves it to an address of its own"
+                );
+            }
+            router.merge(app::metrics_routes(metrics))
+        }
     };
     service::serve(cli.serve.bind, &settings, router, app::shutdown_signal()).await
 }

@@ -10,6 +10,8 @@ mod support;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -187,11 +189,15 @@ async fn resource_server(issuer: &str) -> MovieServer {
     resource_server_with(issuer, &[]).await
 }
 
+/// The same with more arguments; a leeway of 1 s unless they give one (as a separate
+/// `--auth-leeway-secs` argument: clap refuses the flag twice).
 async fn resource_server_with(issuer: &str, more: &[&str]) -> MovieServer {
-    let mut args: Vec<String> = ["--auth-issuer", issuer, "--auth-leeway-secs", "1"]
-        .map(str::to_owned)
-        .to_vec();
-    args.extend(more.iter().map(|arg| (*arg).to_owned()));
+    let mut args = vec!["--auth-issuer", issuer];
+    if !more.contains(&"--auth-leeway-secs") {
+        args.extend(["--auth-leeway-secs", "1"]);
+    }
+    args.extend(more);
+    let args = args.into_iter().map(str::to_owned).collect();
     MovieServer::start_with(
         Backend::Sqlite,
         Launch {
@@ -347,6 +353,51 @@ async fn an_issuer_written_with_or_without_a_final_slash_is_the_authorization_se
     let doubled = stand_in_issuer_naming_itself(no_keys(), "//").await;
     let said = refused_start(&doubled).await;
     assert!(said.contains("its issuer is not"), "{said}");
+}
+
+#[tokio::test]
+async fn a_token_for_the_resource_url_written_with_a_final_slash_is_for_this_server() {
+    let keys = keys_file();
+    let authority = AuthorizationServer::start(&keys);
+    let server = resource_server(&authority.issuer).await;
+    let both = format!("{READ} {WRITE}");
+    let slashed = authority
+        .token("tests-es256", &format!("{}/", server.url()), &both)
+        .await;
+    let listed = list_tools(&server, &slashed).await;
+    assert_eq!(listed.status.as_u16(), 200, "{}", listed.body_text());
+    // Another path is another resource.
+    let deeper = authority
+        .token("tests-es256", &format!("{}/x", server.url()), &both)
+        .await;
+    assert_challenge(&list_tools(&server, &deeper).await, 401, &["audience"]);
+    let _ = std::fs::remove_file(keys);
+}
+
+#[tokio::test]
+async fn a_token_just_past_its_expiry_is_accepted_within_the_leeway() {
+    let keys = keys_file();
+    let authority = AuthorizationServer::start(&keys);
+    let server = resource_server_with(&authority.issuer, &["--auth-leeway-secs", "30"]).await;
+    let short = authority
+        .token("tests-short", server.url(), &format!("{READ} {WRITE}"))
+        .await;
+    // The token lives a second; 2.5 s later it is past its `exp` by at least a second of the
+    // decoder's whole-second clock, and well within the server's 30 s of leeway.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let claims = short.split('.').nth(1).expect("claims");
+    let claims: Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(claims).expect("base64url claims"))
+            .expect("JSON claims");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_secs();
+    let exp = claims["exp"].as_u64().expect("an exp");
+    assert!(exp < now, "the token has expired: exp {exp}, now {now}");
+    let listed = list_tools(&server, &short).await;
+    assert_eq!(listed.status.as_u16(), 200, "{}", listed.body_text());
+    let _ = std::fs::remove_file(keys);
 }
 
 /// The protected-resource metadata `server` publishes for its endpoint.
@@ -786,6 +837,31 @@ async fn without_an_issuer_the_log_says_sign_in_is_for_development() {
 }
 
 #[tokio::test]
+async fn the_log_says_when_metrics_are_open_beside_a_signed_in_endpoint() {
+    const WARNING: &str = "/metrics is served on the MCP listener, to callers without a token";
+    let issuer = stand_in_issuer(no_keys()).await;
+    let beside = resource_server(&issuer).await;
+    assert!(beside.log().contains(WARNING), "{}", beside.log());
+    let metrics = reqwest::get(beside.url().replace("/mcp", "/metrics"))
+        .await
+        .expect("the metrics answer");
+    assert_eq!(
+        metrics.status().as_u16(),
+        200,
+        "they are open, as the log says"
+    );
+    let apart = format!("127.0.0.1:{}", free_port());
+    let apart = resource_server_with(&issuer, &["--metrics-bind", &apart]).await;
+    assert!(!apart.log().contains(WARNING), "{}", apart.log());
+    let development = MovieServer::start(Backend::Sqlite).await;
+    assert!(
+        !development.log().contains(WARNING),
+        "development sign-in is not for the open: {}",
+        development.log()
+    );
+}
+
+#[tokio::test]
 async fn a_key_the_authorization_server_withdrew_stops_signing_in_once_the_keys_are_old() {
     let (first_keys, rotated_keys) = (keys_file(), keys_file());
     let authority = AuthorizationServer::start(&first_keys);
@@ -810,8 +886,16 @@ async fn a_key_the_authorization_server_withdrew_stops_signing_in_once_the_keys_
     // their most age it fetches them again, and the withdrawn key no longer signs anyone in.
     drop(authority);
     let authority = AuthorizationServer::start_on(port, &rotated_keys);
-    tokio::time::sleep(Duration::from_millis(2_200)).await;
-    let refused = list_tools(&server, &before).await;
+    // Fetched again in the background within the keys' most age of 2 s (or a second later, when
+    // the authorization server was not back in time for the first try).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let refused = loop {
+        let reply = list_tools(&server, &before).await;
+        if reply.status.as_u16() != 200 || tokio::time::Instant::now() > deadline {
+            break reply;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert_challenge(&refused, 401, &["error=\"invalid_token\""]);
     assert!(
         server.log().contains("past their most age"),
@@ -824,6 +908,53 @@ async fn a_key_the_authorization_server_withdrew_stops_signing_in_once_the_keys_
     for keys in [first_keys, rotated_keys] {
         let _ = std::fs::remove_file(keys);
     }
+}
+
+#[tokio::test]
+async fn old_keys_are_fetched_again_without_keeping_requests_waiting() {
+    let (key, modulus) = rsa_key();
+    let key_set = json!({"keys": [{"kty": "RSA", "use": "sig", "alg": "RS256", "kid": "k1",
+                                   "n": modulus, "e": "AQAB"}]});
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let counted = fetches.clone();
+    // The first fetch is answered; the next ones hang, as an authorization server in trouble.
+    let issuer = stand_in_issuer(axum::routing::get(move || async move {
+        if counted.fetch_add(1, Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        axum::Json(key_set)
+    }))
+    .await;
+    let server = resource_server_with(
+        &issuer,
+        &[
+            "--auth-keys-max-age-secs",
+            "1",
+            "--auth-key-refresh-secs",
+            "1",
+        ],
+    )
+    .await;
+    let at_start = fetches.load(Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while fetches.load(Ordering::SeqCst) == at_start {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the keys, a second old, are fetched again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let now = chrono::Utc::now().timestamp();
+    let claims = json!({"iss": issuer, "aud": server.url(), "sub": "fran", "iat": now,
+                        "exp": now + 300, "scope": READ});
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+    header.kid = Some("k1".to_owned());
+    let token = jsonwebtoken::encode(&header, &claims, &key).expect("a signed token");
+    // The fetch hangs for up to its 5 s timeout: a request waiting for it would not be answered
+    // within 3 s.
+    let answered = tokio::time::timeout(Duration::from_secs(3), list_tools(&server, &token)).await;
+    let reply = answered.expect("answered while the keys are being fetched");
+    assert_eq!(reply.status.as_u16(), 200, "{}", reply.body_text());
 }
 
 /// An RSA key made by `openssl` for the test: the signing key, and its modulus in base64url, as a
@@ -911,6 +1042,62 @@ async fn a_token_naming_its_key_is_checked_against_a_key_published_without_an_id
         &list_tools(&server, &forged).await,
         401,
         &["error=\"invalid_token\""],
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_key_id_among_named_keys_fetches_the_keys_then_tries_the_unnamed() {
+    let ((named, named_modulus), (unnamed, unnamed_modulus)) = (rsa_key(), rsa_key());
+    let key_set = json!({"keys": [
+        {"kty": "RSA", "use": "sig", "alg": "RS256", "kid": "k1", "n": named_modulus, "e": "AQAB"},
+        {"kty": "RSA", "use": "sig", "alg": "RS256", "n": unnamed_modulus, "e": "AQAB"},
+    ]});
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let counted = fetches.clone();
+    let issuer = stand_in_issuer(axum::routing::get(move || async move {
+        counted.fetch_add(1, Ordering::SeqCst);
+        axum::Json(key_set)
+    }))
+    .await;
+    let server = resource_server_with(&issuer, &["--auth-key-refresh-secs", "1"]).await;
+    // Once per start (a start may be tried again when its port was taken meanwhile).
+    let at_start = fetches.load(Ordering::SeqCst);
+    // Past the least time between fetches.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let now = chrono::Utc::now().timestamp();
+    let claims = json!({"iss": issuer, "aud": server.url(), "sub": "erin", "iat": now,
+                        "exp": now + 300, "scope": READ});
+    let signed = |kid: Option<&str>, key: &jsonwebtoken::EncodingKey| {
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+        header.kid = kid.map(str::to_owned);
+        jsonwebtoken::encode(&header, &claims, key).expect("a signed token")
+    };
+    // A key id the set does not hold may be a rotation: the keys are fetched again first, then
+    // the token, still not found by its id, is checked with the key published without one.
+    let reply = list_tools(&server, &signed(Some("rotation-8"), &unnamed)).await;
+    assert_eq!(reply.status.as_u16(), 200, "{}", reply.body_text());
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        at_start + 1,
+        "fetched again for the unknown id"
+    );
+    for (what, token) in [
+        ("its own key id", signed(Some("k1"), &named)),
+        ("no key id", signed(None, &unnamed)),
+    ] {
+        let reply = list_tools(&server, &token).await;
+        assert_eq!(reply.status.as_u16(), 200, "{what}: {}", reply.body_text());
+    }
+    // A token naming a published key is checked with that key alone.
+    assert_challenge(
+        &list_tools(&server, &signed(Some("k1"), &unnamed)).await,
+        401,
+        &["signature"],
+    );
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        at_start + 1,
+        "known key ids fetch nothing"
     );
 }
 

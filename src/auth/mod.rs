@@ -6,6 +6,7 @@
 //! - resource server ([`oauth`]): access tokens of an OAuth 2.1 authorization server, discovered
 //!   and verified as the MCP authorization spec says.
 
+pub mod keys;
 pub mod oauth;
 
 use axum::http::HeaderMap;

@@ -7,71 +7,47 @@
 //! - It verifies access tokens (JWTs) against the keys the authorization server publishes (found
 //!   through its RFC 8414 or OpenID Connect metadata): the signature (RS256, ES256 or EdDSA; never
 //!   `none` or a shared-secret algorithm), the issuer, the audience (this server's resource URL,
-//!   RFC 8707), and `exp`/`nbf` within a small leeway. The principal is the token's `sub`.
-//! - A token signed with a key it does not know makes it fetch the keys again (the authorization
-//!   server rotated them), at most once per refresh interval, so a flood of made-up key ids
-//!   cannot hammer the authorization server. Keys older than their most age are fetched again
-//!   before the next token is checked, so that a key the authorization server withdrew stops
-//!   being trusted.
+//!   RFC 8707, with or without a final `/`), and `exp`/`nbf` within a small leeway. The
+//!   principal is the token's `sub`. Its `typ` header is not required to be RFC 9068's
+//!   `at+jwt` (several authorization servers write `JWT`): the audience is what keeps an ID
+//!   token or a token for another resource out.
+//! - The keys are held by [`super::keys`]: fetched again for a token naming a key id they do not
+//!   hold, at most once per refresh interval, and in the background once they are old.
 //! - A request without a token, or with one that fails, gets 401 with a `WWW-Authenticate`
 //!   challenge pointing at the metadata; a token without a tool's scope gets 403 naming it.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::Router;
 use axum::http::HeaderMap;
 use axum::routing::get;
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet};
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use jsonwebtoken::{Algorithm, Validation};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tower_http::cors::{Any, CorsLayer};
 
+use super::keys::{KeyRefresh, KeySource, fetch_json};
 use super::{AuthError, Authenticator, Caller, Principal, READ_SCOPE, WRITE_SCOPE, bearer_token};
-use crate::bounded::read_at_most;
 
 /// The longest a fetch from the authorization server may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
-/// The largest metadata document or key set read from the authorization server.
-const MOST_FETCHED_BYTES: usize = 256 * 1024;
 /// The scopes this server knows, as its metadata lists them.
 const SCOPES: [&str; 2] = [READ_SCOPE, WRITE_SCOPE];
 const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
-
-/// The authorization server's keys, by key id (`""` for a key without one).
-type Keys = HashMap<String, Vec<(Algorithm, DecodingKey)>>;
-
-/// When the authorization server's keys are fetched again.
-#[derive(Debug, Clone, Copy)]
-pub struct KeyRefresh {
-    /// The least time between two fetches, whatever asks for them.
-    pub least_between: Duration,
-    /// The longest keys are trusted as fetched.
-    pub most_age: Duration,
-}
-
-/// The keys, and when they were fetched.
-struct KeySet {
-    keys: Keys,
-    fetched: Instant,
-}
 
 /// The resource server (see the module docs).
 pub struct ResourceServer {
     issuer: String,
     resource: String,
+    /// The audiences a token may name: the resource URL as published, and with a final `/`
+    /// when it has no query (clients and authorization servers write it both ways).
+    audiences: Vec<String>,
     metadata_url: String,
     metadata_paths: Vec<String>,
-    jwks_uri: String,
-    http: reqwest::Client,
     leeway: Duration,
-    refresh: KeyRefresh,
-    keys: RwLock<KeySet>,
-    /// When the keys were last fetched or tried; held while fetching, so fetches never overlap.
-    last_refresh: tokio::sync::Mutex<Instant>,
+    keys: Arc<KeySource>,
 }
 
 #[derive(Deserialize)]
@@ -95,33 +71,25 @@ fn whole_seconds(exp: f64) -> i64 {
 }
 
 /// A scope claim as authorization servers write it.
-#[derive(Clone, Deserialize)]
+#[derive(Deserialize)]
 #[serde(untagged)]
 enum ScopeClaim {
     Spaced(String),
     Listed(Vec<String>),
 }
 
-impl Claims {
-    /// The scopes the token grants: `scope`, else `scp` (none if it is neither a string nor a
-    /// list of strings), else none.
-    fn scopes(&self) -> Vec<String> {
-        let scp = || {
-            self.scp
-                .clone()
-                .and_then(|scp| serde_json::from_value::<ScopeClaim>(scp).ok())
-        };
-        match self.scope.clone().or_else(scp) {
-            Some(ScopeClaim::Spaced(spaced)) => {
-                spaced.split_whitespace().map(str::to_owned).collect()
-            }
-            Some(ScopeClaim::Listed(listed)) => listed
-                .iter()
-                .flat_map(|scope| scope.split_whitespace())
-                .map(str::to_owned)
-                .collect(),
-            None => Vec::new(),
-        }
+/// The scopes a token grants: its `scope`, else its `scp` (none if that is neither a string nor
+/// a list of strings), else none.
+fn granted_scopes(scope: Option<ScopeClaim>, scp: Option<Value>) -> Vec<String> {
+    let scp = || scp.and_then(|scp| serde_json::from_value::<ScopeClaim>(scp).ok());
+    match scope.or_else(scp) {
+        Some(ScopeClaim::Spaced(spaced)) => spaced.split_whitespace().map(str::to_owned).collect(),
+        Some(ScopeClaim::Listed(listed)) => listed
+            .iter()
+            .flat_map(|scope| scope.split_whitespace())
+            .map(str::to_owned)
+            .collect(),
+        None => Vec::new(),
     }
 }
 
@@ -157,27 +125,25 @@ impl ResourceServer {
             .context("setting up the HTTP client for the authorization server")?;
         let (issuer, jwks_uri) = discover_jwks_uri(&http, issuer).await?;
         secure_url(&jwks_uri, "the authorization server's jwks_uri")?;
-        let keys = fetch_keys(&http, &jwks_uri).await?;
+        let keys = KeySource::fetch(http, jwks_uri, refresh).await?;
         tracing::info!(
             %issuer,
             %resource,
-            keys = keys.values().map(Vec::len).sum::<usize>(),
+            keys = keys.count(),
             "sign-in: access tokens of the authorization server, for this resource"
         );
+        let mut audiences = vec![resource.clone()];
+        if resource_url.query().is_none() {
+            audiences.push(format!("{resource}/"));
+        }
         Ok(Self {
             issuer,
+            audiences,
             resource,
             metadata_url,
             metadata_paths,
-            jwks_uri,
-            http,
             leeway,
-            refresh,
-            keys: RwLock::new(KeySet {
-                keys,
-                fetched: Instant::now(),
-            }),
-            last_refresh: tokio::sync::Mutex::new(Instant::now()),
+            keys,
         })
     }
 
@@ -234,105 +200,6 @@ impl ResourceServer {
     fn refuse(&self, reason: &str) -> AuthError {
         AuthError::new(reason).with_challenge(self.challenge(Some(reason)))
     }
-
-    /// The keys for `kid` that sign with `alg`, fetching the keys again first when they are past
-    /// their most age, or after when `kid` is unknown (in both cases only when the last fetch is
-    /// old enough); for a `kid` still unknown then, the keys published without an id.
-    async fn keys_for(&self, kid: &str, alg: Algorithm) -> Vec<DecodingKey> {
-        // Old keys are fetched again by one request; the others, meanwhile, go on with them
-        // rather than wait for an authorization server that may be slow or away.
-        if self.fetched_at().elapsed() >= self.refresh.most_age
-            && let Ok(last) = self.last_refresh.try_lock()
-            && self.fetched_at().elapsed() >= self.refresh.most_age
-        {
-            self.fetch_again(last, "the keys were past their most age")
-                .await;
-        }
-        let known = self.lookup(kid, alg);
-        if !known.is_empty() {
-            return known;
-        }
-        // In a key set that names none of its keys, a token's key id is no sign of a rotation:
-        // its keys are tried without a fetch, and without waiting for one.
-        if let Some(unnamed) = self.all_unnamed(alg) {
-            return unnamed;
-        }
-        let last = self.last_refresh.lock().await;
-        let known = self.lookup(kid, alg);
-        if !known.is_empty() {
-            return known;
-        }
-        self.fetch_again(last, "unknown key id").await;
-        let known = self.lookup(kid, alg);
-        // A key id is optional in a key set and only a hint in a token: a token naming a key the
-        // authorization server publishes without an id is checked with those keys.
-        if known.is_empty() && !kid.is_empty() {
-            return self.unnamed(alg);
-        }
-        known
-    }
-
-    fn fetched_at(&self) -> Instant {
-        self.keys.read().unwrap_or_else(|p| p.into_inner()).fetched
-    }
-
-    /// Fetches the keys again, unless the last fetch (held in `last`) was too recent. Keys that
-    /// cannot be fetched are kept as they are, and tried again after the interval.
-    async fn fetch_again(&self, mut last: tokio::sync::MutexGuard<'_, Instant>, why: &str) {
-        if last.elapsed() < self.refresh.least_between {
-            return;
-        }
-        *last = Instant::now();
-        match fetch_keys(&self.http, &self.jwks_uri).await {
-            Ok(keys) => {
-                tracing::info!("fetched the authorization server's keys again ({why})");
-                *self.keys.write().unwrap_or_else(|p| p.into_inner()) = KeySet {
-                    keys,
-                    fetched: Instant::now(),
-                };
-            }
-            Err(e) => tracing::warn!("cannot fetch the authorization server's keys ({why}): {e:#}"),
-        }
-    }
-
-    /// The published keys that sign with `alg`: those named `kid`, or all of them for a token
-    /// naming no key.
-    fn lookup(&self, kid: &str, alg: Algorithm) -> Vec<DecodingKey> {
-        let set = self.keys.read().unwrap_or_else(|p| p.into_inner());
-        let keys = &set.keys;
-        let candidates: Box<dyn Iterator<Item = &Vec<(Algorithm, DecodingKey)>>> = if kid.is_empty()
-        {
-            Box::new(keys.values())
-        } else {
-            Box::new(keys.get(kid).into_iter())
-        };
-        signing_with(candidates, alg)
-    }
-
-    /// The keys published without a key id that sign with `alg`.
-    fn unnamed(&self, alg: Algorithm) -> Vec<DecodingKey> {
-        let set = self.keys.read().unwrap_or_else(|p| p.into_inner());
-        signing_with(set.keys.get("").into_iter(), alg)
-    }
-
-    /// [`Self::unnamed`] when no published key has an id.
-    fn all_unnamed(&self, alg: Algorithm) -> Option<Vec<DecodingKey>> {
-        let set = self.keys.read().unwrap_or_else(|p| p.into_inner());
-        let unnamed = set.keys.get("")?;
-        (set.keys.len() == 1).then(|| signing_with(std::iter::once(unnamed), alg))
-    }
-}
-
-/// The keys among `candidates` that sign with `alg`.
-fn signing_with<'a>(
-    candidates: impl Iterator<Item = &'a Vec<(Algorithm, DecodingKey)>>,
-    alg: Algorithm,
-) -> Vec<DecodingKey> {
-    candidates
-        .flatten()
-        .filter(|(signs, _)| *signs == alg)
-        .map(|(_, key)| key.clone())
-        .collect()
 }
 
 #[async_trait::async_trait]
@@ -355,7 +222,7 @@ impl Authenticator for ResourceServer {
             return Err(self.refuse("the token is signed with an algorithm this server refuses"));
         }
         let kid = header.kid.as_deref().unwrap_or_default();
-        let keys = self.keys_for(kid, header.alg).await;
+        let keys = self.keys.for_token(kid, header.alg).await;
         if keys.is_empty() {
             return Err(self.refuse(
                 "the token is signed with a key the authorization server does not publish",
@@ -363,7 +230,7 @@ impl Authenticator for ResourceServer {
         }
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.issuer]);
-        validation.set_audience(&[&self.resource]);
+        validation.set_audience(&self.audiences);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.validate_nbf = true;
         validation.leeway = self.leeway.as_secs();
@@ -371,16 +238,21 @@ impl Authenticator for ResourceServer {
         for key in &keys {
             match jsonwebtoken::decode::<Claims>(token, key, &validation) {
                 Ok(data) => {
-                    if let Some(refusal) = super::user_name_refusal(&data.claims.sub) {
+                    let Claims {
+                        sub,
+                        exp,
+                        scope,
+                        scp,
+                    } = data.claims;
+                    if let Some(refusal) = super::user_name_refusal(&sub) {
                         return Err(self.refuse(&format!("the token's subject {refusal}")));
                     }
-                    let scopes = data.claims.scopes();
                     let caller = Caller {
-                        principal: Principal::User(data.claims.sub),
-                        scopes: Some(scopes),
+                        principal: Principal::User(sub),
+                        scopes: Some(granted_scopes(scope, scp)),
                         valid_until: None,
                     };
-                    let exp = whole_seconds(data.claims.exp);
+                    let exp = whole_seconds(exp);
                     return Ok(super::expiring(caller, exp, self.leeway.as_secs()));
                 }
                 Err(e) => last_error = Some(e),
@@ -507,64 +379,6 @@ fn same_origin_redirects() -> reqwest::redirect::Policy {
     })
 }
 
-/// The JSON document at `url`, read up to [`MOST_FETCHED_BYTES`].
-async fn fetch_json(http: &reqwest::Client, url: &str) -> anyhow::Result<Value> {
-    let mut response = http.get(url).send().await?.error_for_status()?;
-    let body = read_at_most(&mut response, MOST_FETCHED_BYTES)
-        .await?
-        .with_context(|| format!("the document is larger than {MOST_FETCHED_BYTES} bytes"))?;
-    Ok(serde_json::from_slice(&body)?)
-}
-
-/// The keys at `jwks_uri` this server can verify with, each with the algorithm it signs with.
-async fn fetch_keys(http: &reqwest::Client, jwks_uri: &str) -> anyhow::Result<Keys> {
-    let document = fetch_json(http, jwks_uri)
-        .await
-        .with_context(|| format!("fetching the keys at {jwks_uri}"))?;
-    let set: JwkSet = serde_json::from_value(document)
-        .with_context(|| format!("reading the keys at {jwks_uri}"))?;
-    let mut keys: Keys = HashMap::new();
-    for jwk in &set.keys {
-        let Some(alg) = signing_algorithm(jwk) else {
-            continue;
-        };
-        let Ok(key) = DecodingKey::from_jwk(jwk) else {
-            continue;
-        };
-        let kid = jwk.common.key_id.clone().unwrap_or_default();
-        keys.entry(kid).or_default().push((alg, key));
-    }
-    Ok(keys)
-}
-
-/// The algorithm a published key signs with, among those this server accepts; `None` for an
-/// encryption key or another algorithm.
-fn signing_algorithm(jwk: &Jwk) -> Option<Algorithm> {
-    if jwk
-        .common
-        .public_key_use
-        .as_ref()
-        .is_some_and(|usage| *usage != jsonwebtoken::jwk::PublicKeyUse::Signature)
-    {
-        return None;
-    }
-    let by_type = match &jwk.algorithm {
-        AlgorithmParameters::RSA(_) => Algorithm::RS256,
-        AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P256 => {
-            Algorithm::ES256
-        }
-        AlgorithmParameters::OctetKeyPair(_) => Algorithm::EdDSA,
-        _ => return None,
-    };
-    match jwk.common.key_algorithm {
-        None => Some(by_type),
-        Some(declared) => {
-            let declared = format!("{declared:?}");
-            (declared == format!("{by_type:?}")).then_some(by_type)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -572,9 +386,8 @@ mod tests {
     fn scopes_of(claims: Value) -> Vec<String> {
         let mut claims = claims;
         claims["exp"] = json!(2_000_000_000);
-        serde_json::from_value::<Claims>(claims)
-            .expect("claims that parse")
-            .scopes()
+        let claims = serde_json::from_value::<Claims>(claims).expect("claims that parse");
+        granted_scopes(claims.scope, claims.scp)
     }
 
     #[test]

@@ -1,8 +1,7 @@
 //! The front door of `POST /mcp`: what HTTP adds is checked first, in the spec's order (Origin,
 //! then the size of the headers, content type, `Accept`, the credentials, body size, JSON), then
-//! the message goes
-//! to the wire of its era: the 2026-07-28 wire ([`modern`](super::modern)), or with the `legacy`
-//! feature the 2025-11-25 one for clients that open with `initialize`.
+//! the message goes to the wire of its era: the 2026-07-28 wire ([`modern`](super::modern)), or
+//! with the `legacy` feature the 2025-11-25 one for clients that open with `initialize`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -64,8 +63,9 @@ pub(super) async fn post(
     let caller = match endpoint.options.authenticator.authenticate(&headers).await {
         Ok(caller) => caller,
         Err(refusal) => {
-            if wants_draining(parts.version, &headers, body_limit(&endpoint)) {
-                discard(body, body_limit(&endpoint)).await;
+            let limit = body_limit(&endpoint);
+            if wants_draining(parts.version, &headers, limit) {
+                discard(body, limit).await;
             }
             return Err(WireError::unauthorized(&refusal));
         }
