@@ -182,8 +182,8 @@ pub struct ServeArgs {
     pub auth_key_refresh_secs: u64,
 
     /// Resource-server sign-in: seconds the authorization server's keys are trusted as fetched;
-    /// older, they are fetched again in the background (no request waits for it), so that a key
-    /// the authorization server withdrew stops signing anyone in.
+    /// older, they are fetched again in the background (only a token naming an unknown key id
+    /// waits for it), so that a key the authorization server withdrew stops signing anyone in.
     /// Keys that cannot be fetched stay as they are, tried again every
     /// --auth-key-refresh-secs, which is also the least age in effect (1 to 86,400).
     #[arg(long, env = "MOVIEDB_AUTH_KEYS_MAX_AGE_SECS", default_value_t = 3600,

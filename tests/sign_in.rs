@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -915,11 +915,16 @@ async fn old_keys_are_fetched_again_without_keeping_requests_waiting() {
     let (key, modulus) = rsa_key();
     let key_set = json!({"keys": [{"kty": "RSA", "use": "sig", "alg": "RS256", "kid": "k1",
                                    "n": modulus, "e": "AQAB"}]});
-    let fetches = Arc::new(AtomicUsize::new(0));
-    let counted = fetches.clone();
-    // The first fetch is answered; the next ones hang, as an authorization server in trouble.
+    // Once `trouble` is set the key set hangs, as an authorization server in trouble would;
+    // `hanging` counts the fetches it holds.
+    let (trouble, hanging) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let (in_trouble, held) = (trouble.clone(), hanging.clone());
     let issuer = stand_in_issuer(axum::routing::get(move || async move {
-        if counted.fetch_add(1, Ordering::SeqCst) > 0 {
+        if in_trouble.load(Ordering::SeqCst) {
+            held.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_secs(60)).await;
         }
         axum::Json(key_set)
@@ -935,23 +940,26 @@ async fn old_keys_are_fetched_again_without_keeping_requests_waiting() {
         ],
     )
     .await;
-    let at_start = fetches.load(Ordering::SeqCst);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while fetches.load(Ordering::SeqCst) == at_start {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the keys, a second old, are fetched again"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let now = chrono::Utc::now().timestamp();
     let claims = json!({"iss": issuer, "aud": server.url(), "sub": "fran", "iat": now,
                         "exp": now + 300, "scope": READ});
     let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
     header.kid = Some("k1".to_owned());
     let token = jsonwebtoken::encode(&header, &claims, &key).expect("a signed token");
-    // The fetch hangs for up to its 5 s timeout: a request waiting for it would not be answered
-    // within 3 s.
+    let first = list_tools(&server, &token).await;
+    assert_eq!(first.status.as_u16(), 200, "{}", first.body_text());
+
+    trouble.store(true, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while hanging.load(Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the keys, a second old, are fetched again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The fetch under way hangs until its 5 s timeout: a request waiting for it would not be
+    // answered within 3 s.
     let answered = tokio::time::timeout(Duration::from_secs(3), list_tools(&server, &token)).await;
     let reply = answered.expect("answered while the keys are being fetched");
     assert_eq!(reply.status.as_u16(), 200, "{}", reply.body_text());

@@ -1,7 +1,8 @@
 //! The authorization server's signing keys, as the resource server holds them: fetched from its
 //! `jwks_uri`, looked up by a token's key id and algorithm, fetched again when a token names a key
 //! id they do not hold (a rotation), and in the background once they are older than their most
-//! age (a key the authorization server withdrew), so that no request waits for that fetch.
+//! age (a key the authorization server withdrew), so that no request waits for that fetch (but
+//! one naming an unknown key id, which waits for the fetch under way).
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, Weak};
@@ -46,8 +47,8 @@ pub(super) struct KeySource {
 }
 
 impl KeySource {
-    /// The keys at `jwks_uri`, fetched now, then again as `refresh` says, by a task that ends
-    /// with the source. Fails when they cannot be fetched.
+    /// The keys at `jwks_uri`, fetched now, then again as `refresh` says, by a task that stops
+    /// at its next wake-up once the source is dropped. Fails when they cannot be fetched.
     pub(super) async fn fetch(
         http: reqwest::Client,
         jwks_uri: String,
@@ -174,9 +175,12 @@ async fn renew_when_old(source: Weak<KeySource>) {
         };
         if source.time_left().is_zero() {
             let last = source.last_fetch.lock().await;
-            source
-                .fetch_again(last, "the keys were past their most age")
-                .await;
+            // A fetch for an unknown key id may have renewed them while this one waited.
+            if source.time_left().is_zero() {
+                source
+                    .fetch_again(last, "the keys were past their most age")
+                    .await;
+            }
         }
     }
 }
