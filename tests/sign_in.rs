@@ -940,12 +940,7 @@ async fn old_keys_are_fetched_again_without_keeping_requests_waiting() {
         ],
     )
     .await;
-    let now = chrono::Utc::now().timestamp();
-    let claims = json!({"iss": issuer, "aud": server.url(), "sub": "fran", "iat": now,
-                        "exp": now + 300, "scope": READ});
-    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
-    header.kid = Some("k1".to_owned());
-    let token = jsonwebtoken::encode(&header, &claims, &key).expect("a signed token");
+    let token = rs256_token(&issuer, server.url(), "fran", Some("k1"), &key);
     let first = list_tools(&server, &token).await;
     assert_eq!(first.status.as_u16(), 200, "{}", first.body_text());
 
@@ -963,6 +958,23 @@ async fn old_keys_are_fetched_again_without_keeping_requests_waiting() {
     let answered = tokio::time::timeout(Duration::from_secs(3), list_tools(&server, &token)).await;
     let reply = answered.expect("answered while the keys are being fetched");
     assert_eq!(reply.status.as_u16(), 200, "{}", reply.body_text());
+}
+
+/// A token of `issuer` for `audience` and `subject` with the read scope, valid for five minutes,
+/// signed RS256 with `key` and naming `kid`.
+fn rs256_token(
+    issuer: &str,
+    audience: &str,
+    subject: &str,
+    kid: Option<&str>,
+    key: &jsonwebtoken::EncodingKey,
+) -> String {
+    let now = chrono::Utc::now().timestamp();
+    let claims = json!({"iss": issuer, "aud": audience, "sub": subject, "iat": now,
+                        "exp": now + 300, "scope": READ});
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+    header.kid = kid.map(str::to_owned);
+    jsonwebtoken::encode(&header, &claims, key).expect("a signed token")
 }
 
 /// An RSA key made by `openssl` for the test: the signing key, and its modulus in base64url, as a
@@ -1024,14 +1036,7 @@ async fn a_token_naming_its_key_is_checked_against_a_key_published_without_an_id
     ))
     .await;
     let server = resource_server(&issuer).await;
-    let now = chrono::Utc::now().timestamp();
-    let claims = json!({"iss": issuer, "aud": server.url(), "sub": "dana", "iat": now,
-                        "exp": now + 300, "scope": READ});
-    let signed = |kid: Option<&str>| {
-        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
-        header.kid = kid.map(str::to_owned);
-        jsonwebtoken::encode(&header, &claims, &key).expect("a signed token")
-    };
+    let signed = |kid: Option<&str>| rs256_token(&issuer, server.url(), "dana", kid, &key);
     for kid in [Some("rotation-7"), None] {
         let reply = list_tools(&server, &signed(kid)).await;
         assert_eq!(
@@ -1043,9 +1048,13 @@ async fn a_token_naming_its_key_is_checked_against_a_key_published_without_an_id
     }
     // A key the server does not publish is refused all the same.
     let (other_key, _) = rsa_key();
-    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
-    header.kid = Some("rotation-7".to_owned());
-    let forged = jsonwebtoken::encode(&header, &claims, &other_key).expect("a signed token");
+    let forged = rs256_token(
+        &issuer,
+        server.url(),
+        "dana",
+        Some("rotation-7"),
+        &other_key,
+    );
     assert_challenge(
         &list_tools(&server, &forged).await,
         401,
@@ -1072,13 +1081,8 @@ async fn an_unknown_key_id_among_named_keys_fetches_the_keys_then_tries_the_unna
     let at_start = fetches.load(Ordering::SeqCst);
     // Past the least time between fetches.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
-    let now = chrono::Utc::now().timestamp();
-    let claims = json!({"iss": issuer, "aud": server.url(), "sub": "erin", "iat": now,
-                        "exp": now + 300, "scope": READ});
     let signed = |kid: Option<&str>, key: &jsonwebtoken::EncodingKey| {
-        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
-        header.kid = kid.map(str::to_owned);
-        jsonwebtoken::encode(&header, &claims, key).expect("a signed token")
+        rs256_token(&issuer, server.url(), "erin", kid, key)
     };
     // A key id the set does not hold may be a rotation: the keys are fetched again first, then
     // the token, still not found by its id, is checked with the key published without one.
