@@ -314,6 +314,57 @@ async fn log_messages_follow_the_session_level() {
 }
 
 #[tokio::test]
+async fn a_request_with_modern_meta_is_served_statelessly_even_with_a_session_id() {
+    let server = TestServer::start().await;
+    let legacy = session(&server, json!({})).await;
+    let live = legacy.session_id.clone().expect("a session");
+    let client = server.client();
+    // A dual-era client may keep sending the header it was given: the request's `_meta` decides.
+    for session_id in [live.as_str(), "no-such-session"] {
+        let discover = client
+            .request("server/discover")
+            .header(SESSION_HEADER, session_id)
+            .send()
+            .await;
+        assert_eq!(discover.status.as_u16(), 200, "{}", discover.body_text());
+        assert_eq!(discover.result_type(), "complete");
+        assert!(discover.result()["supportedVersions"].is_array());
+        assert!(
+            discover.headers.get(SESSION_HEADER).is_none(),
+            "no session id is echoed"
+        );
+        let tools = client
+            .request("tools/list")
+            .header(SESSION_HEADER, session_id)
+            .send()
+            .await;
+        assert_eq!(tools.result_type(), "complete", "{}", tools.body_text());
+        assert!(
+            tools.result()["ttlMs"].is_u64(),
+            "a modern result, with its caching hints: {}",
+            tools.body_text()
+        );
+    }
+    let still = legacy.request("tools/list", json!({})).await;
+    assert_eq!(
+        still.status, 200,
+        "the session goes on: {:?}",
+        still.messages
+    );
+    // Within the session, a `_meta` with another of the spec's keys (a 2025-11-25 task's) but no
+    // protocol version is the session's.
+    let related = json!({"_meta": {"io.modelcontextprotocol/related-task": {"taskId": "t-1"}}});
+    let in_session = legacy.request("tools/list", related).await;
+    assert_eq!(in_session.status, 200, "{:?}", in_session.messages);
+    assert!(in_session.result()["tools"].is_array());
+    assert!(
+        in_session.result().get("resultType").is_none(),
+        "a 2025-11-25 result: {:?}",
+        in_session.messages
+    );
+}
+
+#[tokio::test]
 async fn sessions_are_checked_and_end_with_delete() {
     let server = TestServer::start().await;
     let anonymous = LegacyClient::new(server.url(), None);
@@ -322,7 +373,15 @@ async fn sessions_are_checked_and_end_with_delete() {
 
     let mut unknown = anonymous.clone();
     unknown.session_id = Some("no-such-session".into());
-    assert_eq!(unknown.request("tools/list", json!({})).await.status, 404);
+    let body = json!({"jsonrpc": "2.0", "id": 4242, "method": "tools/list", "params": {}});
+    let gone = unknown.send_raw("tools/list", &body, true).await;
+    assert_eq!(gone.status, 404);
+    let refusal = gone.messages.first().expect("a JSON-RPC error");
+    assert_eq!(refusal["error"]["code"], -32600, "{refusal}");
+    assert_eq!(
+        refusal["id"], 4242,
+        "the error answers the request by its id: {refusal}"
+    );
 
     let client = session(&server, json!({})).await;
     // A GET or DELETE with over 64 KiB of headers gets the same JSON-RPC 431 as a POST.

@@ -290,6 +290,11 @@ async fn exclude_watched_leaves_out_only_what_this_user_watched(backend: Backend
         "excludeWatched: false leaves nothing out"
     );
     assert_eq!(
+        ids(&recommend(&alice, json!({"mood": "HORROR", "excludeWatched": null})).await),
+        everything,
+        "excludeWatched: null is false, as when it is left out"
+    );
+    assert_eq!(
         ids(&recommend(&bob, json!({"mood": "HORROR", "excludeWatched": true})).await),
         everything,
         "alice's watched movies do not affect bob"

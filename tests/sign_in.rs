@@ -912,9 +912,7 @@ async fn a_key_the_authorization_server_withdrew_stops_signing_in_once_the_keys_
 
 #[tokio::test]
 async fn old_keys_are_fetched_again_without_keeping_requests_waiting() {
-    let (key, modulus) = rsa_key();
-    let key_set = json!({"keys": [{"kty": "RSA", "use": "sig", "alg": "RS256", "kid": "k1",
-                                   "n": modulus, "e": "AQAB"}]});
+    let (key, key_set) = rs256_key_set();
     // Once `trouble` is set the key set hangs, as an authorization server in trouble would;
     // `hanging` counts the fetches it holds.
     let (trouble, hanging) = (
@@ -930,16 +928,7 @@ async fn old_keys_are_fetched_again_without_keeping_requests_waiting() {
         axum::Json(key_set)
     }))
     .await;
-    let server = resource_server_with(
-        &issuer,
-        &[
-            "--auth-keys-max-age-secs",
-            "1",
-            "--auth-key-refresh-secs",
-            "1",
-        ],
-    )
-    .await;
+    let server = renewing_every_second(&issuer).await;
     let token = rs256_token(&issuer, server.url(), "fran", Some("k1"), &key);
     let first = list_tools(&server, &token).await;
     assert_eq!(first.status.as_u16(), 200, "{}", first.body_text());
@@ -958,6 +947,88 @@ async fn old_keys_are_fetched_again_without_keeping_requests_waiting() {
     let answered = tokio::time::timeout(Duration::from_secs(3), list_tools(&server, &token)).await;
     let reply = answered.expect("answered while the keys are being fetched");
     assert_eq!(reply.status.as_u16(), 200, "{}", reply.body_text());
+}
+
+#[tokio::test]
+async fn an_authorization_server_away_is_told_once_in_the_log_and_its_return_too() {
+    const OUTAGE: &str = "cannot fetch the authorization server's keys";
+    let (key, key_set) = rs256_key_set();
+    // While `away` is set the key set answers 503; `refused` counts those answers.
+    let (away, refused) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let (is_away, refusals) = (away.clone(), refused.clone());
+    let issuer = stand_in_issuer(axum::routing::get(move || async move {
+        if is_away.load(Ordering::SeqCst) {
+            refusals.fetch_add(1, Ordering::SeqCst);
+            return Err(axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        }
+        Ok(axum::Json(key_set))
+    }))
+    .await;
+    let server = renewing_every_second(&issuer).await;
+    let token = rs256_token(&issuer, server.url(), "gil", Some("k1"), &key);
+
+    away.store(true, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while refused.load(Ordering::SeqCst) < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the old keys are tried again every second"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = server.log();
+    assert_eq!(
+        log.matches(OUTAGE).count(),
+        1,
+        "three failed fetches, one warning: {log}"
+    );
+    let reply = list_tools(&server, &token).await;
+    assert_eq!(
+        reply.status.as_u16(),
+        200,
+        "the keys held sign in meanwhile: {}",
+        reply.body_text()
+    );
+
+    away.store(false, Ordering::SeqCst);
+    let back =
+        "fetched the authorization server's keys again (the keys were past their most age), after";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !server.log().contains(back) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the log says when the keys are fetched again: {}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(server.log().matches(OUTAGE).count(), 1, "{}", server.log());
+}
+
+/// An RSA key, and a key set publishing it as `k1` for RS256.
+fn rs256_key_set() -> (jsonwebtoken::EncodingKey, Value) {
+    let (key, modulus) = rsa_key();
+    let key_set = json!({"keys": [{"kty": "RSA", "use": "sig", "alg": "RS256", "kid": "k1",
+                                   "n": modulus, "e": "AQAB"}]});
+    (key, key_set)
+}
+
+/// A resource server of `issuer` that trusts its keys for a second, and fetches them at most
+/// every second.
+async fn renewing_every_second(issuer: &str) -> MovieServer {
+    resource_server_with(
+        issuer,
+        &[
+            "--auth-keys-max-age-secs",
+            "1",
+            "--auth-key-refresh-secs",
+            "1",
+        ],
+    )
+    .await
 }
 
 /// A token of `issuer` for `audience` and `subject` with the read scope, valid for five minutes,

@@ -18,6 +18,10 @@ use crate::bounded::read_at_most;
 /// The largest metadata document or key set read from the authorization server.
 const MOST_FETCHED_BYTES: usize = 256 * 1024;
 
+/// How often the log says again that the keys still cannot be fetched: an outage is told once
+/// when it begins, then at most this often (each failed try at `debug`), and once when it ends.
+const STILL_FAILING_EVERY: Duration = Duration::from_secs(600);
+
 /// The authorization server's keys, by key id (`""` for a key without one).
 type Keys = HashMap<String, Vec<(Algorithm, DecodingKey)>>;
 
@@ -42,8 +46,24 @@ pub(super) struct KeySource {
     jwks_uri: String,
     refresh: KeyRefresh,
     set: RwLock<KeySet>,
-    /// When the keys were last fetched or tried; held while fetching, so fetches never overlap.
-    last_fetch: tokio::sync::Mutex<Instant>,
+    /// When the keys were last fetched or tried, and since when they cannot be; held while
+    /// fetching, so fetches never overlap.
+    fetches: tokio::sync::Mutex<Fetches>,
+}
+
+/// The fetches of the keys so far.
+struct Fetches {
+    /// When the last one began.
+    last: Instant,
+    /// The failures since the last fetch that succeeded, if the last one failed.
+    outage: Option<Outage>,
+}
+
+/// Fetches that failed in a row.
+struct Outage {
+    since: Instant,
+    failed: u32,
+    last_told: Instant,
 }
 
 impl KeySource {
@@ -63,7 +83,10 @@ impl KeySource {
                 keys,
                 fetched: Instant::now(),
             }),
-            last_fetch: tokio::sync::Mutex::new(Instant::now()),
+            fetches: tokio::sync::Mutex::new(Fetches {
+                last: Instant::now(),
+                outage: None,
+            }),
         });
         tokio::spawn(renew_when_old(Arc::downgrade(&source)));
         Ok(source)
@@ -87,12 +110,12 @@ impl KeySource {
         if self.names_no_key() {
             return self.unnamed(alg);
         }
-        let last = self.last_fetch.lock().await;
+        let fetches = self.fetches.lock().await;
         let known = self.lookup(kid, alg);
         if !known.is_empty() {
             return known;
         }
-        self.fetch_again(last, "unknown key id").await;
+        self.fetch_again(fetches, "unknown key id").await;
         let known = self.lookup(kid, alg);
         // A key id is optional in a key set and only a hint in a token: a token naming a key the
         // authorization server publishes without an id is checked with those keys.
@@ -113,22 +136,63 @@ impl KeySource {
             .saturating_sub(self.read().fetched.elapsed())
     }
 
-    /// Fetches the keys again, unless the last fetch (held in `last`) was too recent. Keys that
-    /// cannot be fetched are kept as they are, and tried again after the interval.
-    async fn fetch_again(&self, mut last: tokio::sync::MutexGuard<'_, Instant>, why: &str) {
-        if last.elapsed() < self.refresh.least_between {
+    /// Fetches the keys again, unless the last fetch (held in `fetches`) was too recent. Keys
+    /// that cannot be fetched are kept as they are, and tried again after the interval.
+    async fn fetch_again(&self, mut fetches: tokio::sync::MutexGuard<'_, Fetches>, why: &str) {
+        if fetches.last.elapsed() < self.refresh.least_between {
             return;
         }
-        *last = Instant::now();
+        fetches.last = Instant::now();
         match fetch_keys(&self.http, &self.jwks_uri).await {
             Ok(keys) => {
-                tracing::info!("fetched the authorization server's keys again ({why})");
+                match fetches.outage.take() {
+                    Some(outage) => tracing::info!(
+                        "fetched the authorization server's keys again ({why}), after {} failed \
+                         tries over {} s",
+                        outage.failed,
+                        outage.since.elapsed().as_secs()
+                    ),
+                    None => tracing::info!("fetched the authorization server's keys again ({why})"),
+                }
                 *self.set.write().unwrap_or_else(|p| p.into_inner()) = KeySet {
                     keys,
                     fetched: Instant::now(),
                 };
             }
-            Err(e) => tracing::warn!("cannot fetch the authorization server's keys ({why}): {e:#}"),
+            Err(e) => match &mut fetches.outage {
+                None => {
+                    tracing::warn!(
+                        "cannot fetch the authorization server's keys ({why}): {e:#}; the keys \
+                         held are kept, and fetched again when they are past their most age or a \
+                         token names a key id they lack, at most every {} s (the log says again \
+                         every {} min while this lasts)",
+                        self.refresh.least_between.as_secs(),
+                        STILL_FAILING_EVERY.as_secs() / 60
+                    );
+                    let now = Instant::now();
+                    fetches.outage = Some(Outage {
+                        since: now,
+                        failed: 1,
+                        last_told: now,
+                    });
+                }
+                Some(outage) => {
+                    outage.failed += 1;
+                    if outage.last_told.elapsed() >= STILL_FAILING_EVERY {
+                        outage.last_told = Instant::now();
+                        tracing::warn!(
+                            "still cannot fetch the authorization server's keys, {} tries over \
+                             {} s ({why}): {e:#}",
+                            outage.failed,
+                            outage.since.elapsed().as_secs()
+                        );
+                    } else {
+                        tracing::debug!(
+                            "cannot fetch the authorization server's keys ({why}): {e:#}"
+                        );
+                    }
+                }
+            },
         }
     }
 
@@ -174,11 +238,11 @@ async fn renew_when_old(source: Weak<KeySource>) {
             return;
         };
         if source.time_left().is_zero() {
-            let last = source.last_fetch.lock().await;
+            let fetches = source.fetches.lock().await;
             // A fetch for an unknown key id may have renewed them while this one waited.
             if source.time_left().is_zero() {
                 source
-                    .fetch_again(last, "the keys were past their most age")
+                    .fetch_again(fetches, "the keys were past their most age")
                     .await;
             }
         }

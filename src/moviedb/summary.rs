@@ -61,25 +61,31 @@ const THEMES: [(&str, &[&str]); 12] = [
     ("twist", &["twist"]),
 ];
 
-/// Mean score, rounded to two decimals.
-pub fn average_score(reviews: &[Review]) -> Option<f64> {
+/// Mean score, as computed.
+fn mean(reviews: &[Review]) -> Option<f64> {
     if reviews.is_empty() {
         return None;
     }
-    let mean = reviews.iter().map(|r| r.score as f64).sum::<f64>() / reviews.len() as f64;
-    Some((mean * 100.0).round() / 100.0)
+    Some(reviews.iter().map(|r| r.score as f64).sum::<f64>() / reviews.len() as f64)
 }
 
-/// The sentence for an average score.
-pub fn band_sentence(average: f64, count: usize) -> String {
-    let verdict = if average > 7.0 {
+/// Mean score, rounded to two decimals.
+pub fn average_score(reviews: &[Review]) -> Option<f64> {
+    mean(reviews).map(|mean| (mean * 100.0).round() / 100.0)
+}
+
+/// The sentence for a mean score: its band is the unrounded mean's (7.004 is above 7), and it
+/// shows one decimal rounded half up (7.25 reads 7.3; a formatter would round it to even).
+fn band_sentence(mean: f64, count: usize) -> String {
+    let verdict = if mean > 7.0 {
         "Reviewers are largely favourable"
-    } else if average < 5.0 {
+    } else if mean < 5.0 {
         "Reviewers are largely unfavourable"
     } else {
         "Reviewers are split"
     };
-    format!("{verdict}, with an average score of {average:.1}/10 across {count} reviews.")
+    let shown = (mean * 10.0).round() / 10.0;
+    format!("{verdict}, with an average score of {shown:.1}/10 across {count} reviews.")
 }
 
 /// Up to five themes, the most often mentioned first (counted once per review).
@@ -122,12 +128,11 @@ pub fn themes(reviews: &[Review]) -> Vec<String> {
 
 /// The whole server-side summary of a movie's reviews.
 pub fn summarize(movie_id: i64, reviews: &[Review]) -> ReviewSummary {
-    let counted = counts(movie_id, reviews);
-    let (summary, themes) = words_at(counted.average_score, reviews);
+    let (summary, themes) = words(reviews);
     ReviewSummary {
         summary,
         themes,
-        ..counted
+        ..counts(movie_id, reviews)
     }
 }
 
@@ -146,14 +151,9 @@ pub fn counts(movie_id: i64, reviews: &[Review]) -> ReviewSummary {
 /// The server's words for `reviews`: the sentence of the average's band and the themes; none
 /// below [`MIN_REVIEWS_FOR_SUMMARY`] reviews.
 pub fn words(reviews: &[Review]) -> (Option<String>, Vec<String>) {
-    words_at(average_score(reviews), reviews)
-}
-
-/// [`words`], with the reviews' average already worked out.
-fn words_at(average: Option<f64>, reviews: &[Review]) -> (Option<String>, Vec<String>) {
-    match average {
-        Some(average) if reviews.len() >= MIN_REVIEWS_FOR_SUMMARY => {
-            (Some(band_sentence(average, reviews.len())), themes(reviews))
+    match mean(reviews) {
+        Some(mean) if reviews.len() >= MIN_REVIEWS_FOR_SUMMARY => {
+            (Some(band_sentence(mean, reviews.len())), themes(reviews))
         }
         _ => (None, Vec::new()),
     }
@@ -178,6 +178,30 @@ mod tests {
         assert!(band_sentence(4.9, 3).contains("unfavourable"));
         assert!(band_sentence(7.0, 3).contains("split"));
         assert!(band_sentence(5.0, 3).contains("split"));
+    }
+
+    #[test]
+    fn the_band_is_the_unrounded_means_and_the_sentence_rounds_half_up() {
+        // 249 sevens and an eight: 7.004, shown as 7.0 yet above 7.
+        let mut reviews = vec![review(7, "fine"); 249];
+        reviews.push(review(8, "good"));
+        let summary = summarize(1, &reviews);
+        assert_eq!(summary.average_score, Some(7.0));
+        let sentence = summary.summary.unwrap_or_default();
+        assert!(sentence.contains("largely favourable"), "{sentence}");
+        assert!(sentence.contains("7.0/10"), "{sentence}");
+        let quarter = summarize(
+            1,
+            &[
+                review(7, "a"),
+                review(7, "b"),
+                review(7, "c"),
+                review(8, "d"),
+            ],
+        );
+        assert_eq!(quarter.average_score, Some(7.25));
+        let sentence = quarter.summary.unwrap_or_default();
+        assert!(sentence.contains("7.3/10"), "{sentence}");
     }
 
     #[test]

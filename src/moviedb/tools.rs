@@ -27,10 +27,10 @@ pub const STATUS_QUESTION: &str =
 pub struct MoodQuery {
     /// The mood to match: COMFORT, ADVENTURE, ROMANCE, HORROR, THOUGHTFUL or COMEDY.
     pub mood: Mood,
-    /// Optional, false when left out. True drops the movies the signed-in user marked WATCHED;
-    /// set it only when the user asks to skip what they have already seen.
-    #[serde(default)]
-    pub exclude_watched: bool,
+    /// Optional, false when left out or null. True drops the movies the signed-in user marked
+    /// WATCHED; set it only when the user asks to skip what they have already seen.
+    #[schemars(extend("default" = false))]
+    pub exclude_watched: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -184,7 +184,7 @@ async fn recommend(
     ctx: RequestContext,
     args: RecommendArgs,
 ) -> Result<CallToolResult, HandlerError> {
-    let watched_by = if args.input.exclude_watched {
+    let watched_by = if args.input.exclude_watched.unwrap_or(false) {
         ctx.principal().user()
     } else {
         None

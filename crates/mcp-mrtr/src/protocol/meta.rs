@@ -22,6 +22,44 @@ pub fn is_modern_meta(params: &Map<String, Value>) -> bool {
         })
 }
 
+/// Whether `params` carry a `_meta` naming the protocol version the request is written for, as
+/// every modern request's does and no 2025-11-25 message's.
+pub fn names_its_version(params: &Map<String, Value>) -> bool {
+    params
+        .get("_meta")
+        .and_then(Value::as_object)
+        .is_some_and(|meta| meta.contains_key(META_PROTOCOL_VERSION))
+}
+
+/// The protocol version a request's `_meta` names, read alone: the version decides which
+/// revision's rules the rest of `_meta` is read by, so a version this server does not serve is
+/// refused as such (-32022), whatever else `_meta` holds. Missing or not a string: -32602.
+pub fn requested_version(params: &Map<String, Value>) -> Result<&str, ProtocolError> {
+    meta_and_version(params).map(|(_, version)| version)
+}
+
+fn meta_and_version(
+    params: &Map<String, Value>,
+) -> Result<(&Map<String, Value>, &str), ProtocolError> {
+    let Some(meta) = params.get("_meta") else {
+        return Err(ProtocolError::invalid_meta("Missing params._meta"));
+    };
+    let Some(meta) = meta.as_object() else {
+        return Err(ProtocolError::invalid_meta(
+            "params._meta must be an object",
+        ));
+    };
+    match meta.get(META_PROTOCOL_VERSION) {
+        Some(Value::String(version)) => Ok((meta, version)),
+        Some(_) => Err(ProtocolError::invalid_meta(format!(
+            "_meta {META_PROTOCOL_VERSION} must be a string"
+        ))),
+        None => Err(ProtocolError::invalid_meta(format!(
+            "Missing _meta {META_PROTOCOL_VERSION}"
+        ))),
+    }
+}
+
 /// What one request says about itself in `params._meta`.
 #[derive(Debug, Clone)]
 pub struct RequestMeta {
@@ -68,27 +106,8 @@ impl RequestMeta {
     /// Reads `_meta` from a request's params. Missing or malformed required keys give -32602
     /// with HTTP 400, as the transport binding requires.
     pub fn from_params(params: &Map<String, Value>) -> Result<Self, ProtocolError> {
-        let Some(meta) = params.get("_meta") else {
-            return Err(ProtocolError::invalid_meta("Missing params._meta"));
-        };
-        let Some(meta) = meta.as_object() else {
-            return Err(ProtocolError::invalid_meta(
-                "params._meta must be an object",
-            ));
-        };
-        let protocol_version = match meta.get(META_PROTOCOL_VERSION) {
-            Some(Value::String(version)) => version.clone(),
-            Some(_) => {
-                return Err(ProtocolError::invalid_meta(format!(
-                    "_meta {META_PROTOCOL_VERSION} must be a string"
-                )));
-            }
-            None => {
-                return Err(ProtocolError::invalid_meta(format!(
-                    "Missing _meta {META_PROTOCOL_VERSION}"
-                )));
-            }
-        };
+        let (meta, protocol_version) = meta_and_version(params)?;
+        let protocol_version = protocol_version.to_owned();
         let capabilities = match meta.get(META_CLIENT_CAPABILITIES) {
             Some(Value::Object(caps)) => ClientCapabilities::from_object(caps),
             Some(_) => {

@@ -2,6 +2,7 @@
 //! `*/list` shows) plus the handler that serves it. Handlers receive a [`RequestContext`] and may
 //! ask the client for input through it; the registry itself knows nothing about rounds or HTTP.
 
+mod header_params;
 mod prompt;
 mod resource;
 mod schema;
@@ -10,10 +11,11 @@ mod tool;
 use std::future::Future;
 use std::pin::Pin;
 
+pub use header_params::{HeaderParam, header_params};
 pub use prompt::{Prompt, PromptArgument};
 pub use resource::{Resource, ResourceTemplate, TemplateVars};
 pub use schema::{input_schema_of, output_schema_of};
-pub use tool::{HeaderParam, NoArguments, Tool};
+pub use tool::{NoArguments, Tool};
 
 pub use crate::mrtr::RequestContext;
 

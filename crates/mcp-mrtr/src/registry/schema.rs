@@ -11,8 +11,15 @@ use schemars::generate::SchemaSettings;
 use schemars::transform::RestrictFormats;
 use serde_json::{Map, Value, json};
 
-/// Keywords that describe a property as a whole and stay beside an `anyOf`, not inside it.
-const ANNOTATIONS: [&str; 4] = ["title", "description", "default", "examples"];
+/// Keywords that describe a property as a whole and stay beside an `anyOf`, not inside it
+/// (an `x-mcp-header` moved inside would read as misplaced rather than on a nullable parameter).
+const ANNOTATIONS: [&str; 5] = [
+    "title",
+    "description",
+    "default",
+    "examples",
+    "x-mcp-header",
+];
 
 /// The schema of the arguments a tool deserializes into `T`.
 pub fn input_schema_of<T: JsonSchema>() -> Value {

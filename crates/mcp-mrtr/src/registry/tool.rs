@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use super::BoxFuture;
+use super::header_params::{HeaderParam, header_params};
 use super::schema::{input_schema_of, output_schema_of};
 use crate::mrtr::{HandlerError, RequestContext};
 use crate::protocol::content::CallToolResult;
@@ -15,15 +16,6 @@ use crate::protocol::error::{MESSAGE_LIMIT, shortened};
 
 type ToolHandler =
     dyn Fn(RequestContext, Value) -> BoxFuture<Result<CallToolResult, HandlerError>> + Send + Sync;
-
-/// A tool parameter mirrored into an `Mcp-Param-{name}` header (`x-mcp-header` in its schema).
-#[derive(Debug, Clone, PartialEq)]
-pub struct HeaderParam {
-    /// The header's name after `Mcp-Param-`, as given by `x-mcp-header`.
-    pub header: String,
-    /// The chain of `properties` keys leading to the parameter.
-    pub path: Vec<String>,
-}
 
 /// A tool: its `tools/list` definition and the handler `tools/call` runs.
 pub struct Tool {
@@ -53,6 +45,12 @@ impl Tool {
     /// A tool whose arguments are `A`: its input schema comes from schemars, and arguments that do
     /// not fit become a tool error, naming where they went wrong, that the model can read and
     /// correct.
+    ///
+    /// # Panics
+    ///
+    /// When an `x-mcp-header` annotation in the schema breaks the transport's rules (an empty or
+    /// non-token name, one given twice, a parameter that is not a string, integer or boolean, or
+    /// one not reached through `properties` alone): clients would drop the tool from their list.
     pub fn new<A, F, Fut>(name: &str, description: &str, handler: F) -> Self
     where
         A: DeserializeOwned + JsonSchema + Send + 'static,
@@ -84,6 +82,10 @@ impl Tool {
     }
 
     /// A tool with a hand-written input schema and raw JSON arguments.
+    ///
+    /// # Panics
+    ///
+    /// As [`Tool::new`], for an `x-mcp-header` annotation that breaks the transport's rules.
     pub fn with_raw_schema<F, Fut>(
         name: &str,
         description: &str,
@@ -104,7 +106,9 @@ impl Tool {
         input_schema: Value,
         handler: Arc<ToolHandler>,
     ) -> Self {
-        let header_params = header_params(&input_schema);
+        let header_params = header_params(&input_schema).unwrap_or_else(|why| {
+            panic!("tool {name}: {why} (see the transport's x-mcp-header rules)")
+        });
         Self {
             name: name.to_owned(),
             title: None,
@@ -190,55 +194,21 @@ fn argument_error(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
     shortened(message, MESSAGE_LIMIT)
 }
 
-/// Finds `x-mcp-header` annotations on properties reachable through `properties` chains.
-fn header_params(schema: &Value) -> Vec<HeaderParam> {
-    fn walk(schema: &Value, path: &mut Vec<String>, found: &mut Vec<HeaderParam>) {
-        let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
-            return;
-        };
-        for (name, property) in properties {
-            path.push(name.clone());
-            if let Some(header) = property.get("x-mcp-header").and_then(Value::as_str) {
-                found.push(HeaderParam {
-                    header: header.to_owned(),
-                    path: path.clone(),
-                });
-            }
-            walk(property, path, found);
-            path.pop();
-        }
-    }
-    let mut found = Vec::new();
-    walk(schema, &mut Vec::new(), &mut found);
-    found
-}
+/// The arguments of a tool that takes none.
+#[derive(Debug, Default, serde::Deserialize, JsonSchema)]
+pub struct NoArguments {}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn header_annotations_are_found_with_their_paths() {
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "region": {"type": "string", "x-mcp-header": "Region"},
-                "target": {"type": "object", "properties": {"zone": {"type": "string", "x-mcp-header": "Zone"}}}
-            }
+    #[should_panic(expected = "tool lookup: x-mcp-header \"Two Words\" at region")]
+    fn a_tool_whose_header_annotation_clients_would_drop_is_refused_when_built() {
+        let schema = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Two Words"}}});
+        Tool::with_raw_schema("lookup", "Looks up.", schema, |_, _| async {
+            Ok(CallToolResult::text("found"))
         });
-        let params = header_params(&schema);
-        assert_eq!(params.len(), 2);
-        assert!(params.contains(&HeaderParam {
-            header: "Region".into(),
-            path: vec!["region".into()]
-        }));
-        assert!(params.contains(&HeaderParam {
-            header: "Zone".into(),
-            path: vec!["target".into(), "zone".into()]
-        }));
     }
 }
-
-/// The arguments of a tool that takes none.
-#[derive(Debug, Default, serde::Deserialize, JsonSchema)]
-pub struct NoArguments {}

@@ -267,6 +267,7 @@ impl Server {
         let (result, ttl_ms, scope) = match method {
             Method::ServerDiscover => (self.discover(), Some(self.cache.discover_ttl_ms), "public"),
             Method::ToolsList => {
+                one_page(params)?;
                 let tools: Vec<Value> = self
                     .registry
                     .listed_tools()
@@ -279,6 +280,7 @@ impl Server {
                 )
             }
             Method::PromptsList => {
+                one_page(params)?;
                 let prompts: Vec<Value> = self
                     .registry
                     .prompts()
@@ -292,6 +294,7 @@ impl Server {
                 )
             }
             Method::ResourcesList => {
+                one_page(params)?;
                 let resources: Vec<Value> = self
                     .registry
                     .resources()
@@ -305,6 +308,7 @@ impl Server {
                 )
             }
             Method::ResourcesTemplatesList => {
+                one_page(params)?;
                 let templates: Vec<Value> = self
                     .registry
                     .templates()
@@ -592,5 +596,18 @@ fn required_str<'a>(params: &'a Map<String, Value>, key: &str) -> Result<&'a str
             "{key} must be a string"
         ))),
         None => Err(ProtocolError::invalid_params(format!("Missing {key}"))),
+    }
+}
+
+/// Checks a list request's `cursor`. Lists come whole, in one page, so this server never gives a
+/// cursor, and any cursor a client sends is one it did not give: -32602, as the pagination
+/// utility asks for invalid cursors. A null cursor is none.
+fn one_page(params: &Map<String, Value>) -> Result<(), ProtocolError> {
+    match params.get("cursor") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(_)) => Err(ProtocolError::invalid_params(
+            "Invalid cursor: this server gives its lists in one page and no cursors",
+        )),
+        Some(_) => Err(ProtocolError::invalid_params("cursor must be a string")),
     }
 }

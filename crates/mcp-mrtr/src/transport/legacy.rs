@@ -31,7 +31,7 @@ use crate::mrtr::{Asker, LegacyPeer, PendingAnswers, QuestionIds};
 use crate::observe;
 use crate::protocol::error::excerpt;
 use crate::protocol::jsonrpc::{notification_bytes, success_bytes};
-use crate::protocol::meta::is_modern_meta;
+use crate::protocol::meta::{is_modern_meta, names_its_version};
 use crate::protocol::{
     ClientCapabilities, Incoming, LogLevel, Method, ProtocolError, RequestId, RequestMeta,
     TraceCarrier, version,
@@ -134,21 +134,24 @@ impl Session {
     }
 }
 
-/// Whether a POST belongs to the legacy wire: it carries a session, or it has neither the modern
-/// `_meta` nor a modern `MCP-Protocol-Version` header (the rule of the spec's backward
-/// compatibility section: a request with modern `_meta` is always served statelessly; a legacy
-/// `initialize` with a `_meta` of its own still opens a session).
+/// Whether a POST belongs to the legacy wire, by the rule of the spec's backward compatibility
+/// section (a request with modern `_meta` is served statelessly):
+/// - with an `Mcp-Session-Id`, unless its `_meta` names its protocol version, as every modern
+///   request's does (a dual-era client may keep sending the header; a modern request ignores
+///   it). Other `io.modelcontextprotocol/` keys do not count there: a session's own messages may
+///   carry them (a 2025-11-25 task's, say);
+/// - without one, when its `_meta` has no `io.modelcontextprotocol/` key and no modern
+///   `MCP-Protocol-Version` header comes with it. A legacy `initialize` with a `_meta` of its own
+///   still opens a session.
 pub(super) fn routes_here(headers: &HeaderMap, incoming: &Incoming) -> bool {
-    if headers.contains_key(&SESSION_HEADER) {
-        return true;
-    }
-    let has_meta = match incoming {
-        Incoming::Request { params, .. } | Incoming::Notification { params, .. } => {
-            is_modern_meta(params)
-        }
-        Incoming::Response { .. } => false,
+    let params = match incoming {
+        Incoming::Request { params, .. } | Incoming::Notification { params, .. } => Some(params),
+        Incoming::Response { .. } => None,
     };
-    if has_meta {
+    if headers.contains_key(&SESSION_HEADER) {
+        return !params.is_some_and(names_its_version);
+    }
+    if params.is_some_and(is_modern_meta) {
         return false;
     }
     match headers
@@ -184,7 +187,11 @@ pub(super) async fn post(
     }
     let principal = caller.principal;
     let session_id = header_text(headers, &SESSION_HEADER)
-        .map_err(|e| WireError::from(e).with_status(StatusCode::BAD_REQUEST))?
+        .map_err(|e| {
+            WireError::from(e)
+                .with_status(StatusCode::BAD_REQUEST)
+                .answering(request_id(&incoming).as_ref())
+        })?
         .map(str::to_owned);
     let Some(session_id) = session_id else {
         return match incoming {
@@ -199,7 +206,9 @@ pub(super) async fn post(
             }
         };
     };
-    let session = load(endpoint, &session_id, &principal).await?;
+    let session = load(endpoint, &session_id, &principal)
+        .await
+        .map_err(|e| e.answering(request_id(&incoming).as_ref()))?;
     match incoming {
         Incoming::Notification { .. } => Ok(accepted()),
         Incoming::Response { id, outcome } => {
@@ -652,10 +661,12 @@ static UNWAITED_ANSWERS: LogBudget = LogBudget::new();
 /// Lines about sessions opened and ended, which anonymous clients can do at will.
 static SESSION_LINES: LogBudget = LogBudget::new();
 
+/// The id an error answering `incoming` carries: a request's own. A client's response carries
+/// the id of the server's request, which is not the client's to match, and a notification none.
 fn request_id(incoming: &Incoming) -> Option<RequestId> {
     match incoming {
-        Incoming::Request { id, .. } | Incoming::Response { id, .. } => Some(id.clone()),
-        Incoming::Notification { .. } => None,
+        Incoming::Request { id, .. } => Some(id.clone()),
+        Incoming::Response { .. } | Incoming::Notification { .. } => None,
     }
 }
 

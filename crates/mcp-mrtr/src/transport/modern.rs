@@ -23,6 +23,7 @@ use super::respond::{Accept, WireError, accepted, streamed};
 use super::{Endpoint, owner_of, sse};
 use crate::auth::{Caller, Principal};
 use crate::protocol::jsonrpc::success_bytes;
+use crate::protocol::meta::requested_version;
 use crate::protocol::version::TASKS_EXTENSION;
 use crate::protocol::{Incoming, Method, ProtocolError, RequestId, RequestMeta, version};
 use crate::server::events::MAX_TASK_IDS;
@@ -159,6 +160,16 @@ async fn serve(
     let Some(header_version) = header_text(headers, &MCP_PROTOCOL_VERSION)? else {
         return Err(ProtocolError::header_mismatch("Missing MCP-Protocol-Version header").into());
     };
+    let requested = requested_version(&params)?;
+    if header_version != requested {
+        return Err(ProtocolError::header_mismatch(format!(
+            "Header mismatch: MCP-Protocol-Version header value '{header_version}' does not match _meta value '{requested}'"
+        )).into());
+    }
+    let supported = version::supported();
+    if !supported.contains(&requested) {
+        return Err(ProtocolError::unsupported_version(requested, supported).into());
+    }
     let mut meta = RequestMeta::from_params(&params)?;
     // W3C trace context as HTTP carries it, for clients that set the headers only.
     let header = |name: &HeaderName| {
@@ -171,16 +182,6 @@ async fn serve(
     }
     if meta.trace.baggage.is_none() {
         meta.trace.baggage = header(&BAGGAGE);
-    }
-    if header_version != meta.protocol_version {
-        return Err(ProtocolError::header_mismatch(format!(
-            "Header mismatch: MCP-Protocol-Version header value '{header_version}' does not match _meta value '{}'",
-            meta.protocol_version
-        )).into());
-    }
-    let supported = version::supported();
-    if !supported.contains(&meta.protocol_version.as_str()) {
-        return Err(ProtocolError::unsupported_version(&meta.protocol_version, supported).into());
     }
     check_method(headers, method)?;
     let server = &endpoint.server;

@@ -75,6 +75,26 @@ async fn protocol_version_and_meta_errors_have_their_codes_and_statuses() {
     let supported = data["supported"].as_array().expect("data.supported array");
     assert!(supported.contains(&json!(PROTOCOL_VERSION)), "{data}");
 
+    // A later revision's `_meta` is not read by this one's rules: no capabilities, a log level
+    // this revision does not name, and the version is still what gets refused.
+    for (key, value) in [
+        (META_CLIENT_CAPABILITIES, None),
+        ("io.modelcontextprotocol/logLevel", Some(json!("verbose"))),
+    ] {
+        let request = client
+            .request("tools/list")
+            .header("MCP-Protocol-Version", "2099-01-01")
+            .meta(META_PROTOCOL_VERSION, json!("2099-01-01"));
+        let later = match value {
+            None => request.without_meta_key(key),
+            Some(value) => request.meta(key, value),
+        }
+        .send()
+        .await;
+        later.assert_error(400, -32022);
+        assert_eq!(later.error()["data"]["requested"], "2099-01-01");
+    }
+
     let discover = client.request("server/discover").send().await;
     let advertised = discover.result()["supportedVersions"]
         .as_array()
@@ -85,6 +105,50 @@ async fn protocol_version_and_meta_errors_have_their_codes_and_statuses() {
             advertised.contains(version),
             "{version} is also in server/discover"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_list_cursor_the_server_never_gave_is_invalid_params() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    for method in [
+        "tools/list",
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+    ] {
+        let whole = client.request(method).send().await;
+        assert_eq!(whole.result_type(), "complete", "{method}");
+        assert!(
+            whole.result().get("nextCursor").is_none(),
+            "{method}: one page"
+        );
+        let null = client
+            .request(method)
+            .params(json!({"cursor": null}))
+            .send()
+            .await;
+        assert_eq!(
+            null.result_type(),
+            "complete",
+            "{method}: a null cursor is none"
+        );
+        for cursor in [json!("eyJwYWdlIjogMn0="), json!(""), json!(42)] {
+            let refused = client
+                .request(method)
+                .params(json!({"cursor": cursor.clone()}))
+                .send()
+                .await;
+            refused.assert_error(200, -32602);
+            assert!(
+                refused.error()["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("cursor")),
+                "{method} {cursor}: {}",
+                refused.body_text()
+            );
+        }
     }
 }
 
