@@ -586,7 +586,7 @@ mod movies {
     async fn every_answer_to_the_status_question_is_recorded_as_the_spec_says() {
         let mut replicas = replicas().await;
         let client = legacy_session(&mut replicas, 1, "ada", json!({"elicitation": {}})).await;
-        let cases: [(i64, Option<Value>, &str); 6] = [
+        let cases: [(i64, Option<Value>, &str); 7] = [
             (
                 6,
                 Some(json!({"action": "accept", "content": {"status": "WATCHED"}})),
@@ -601,6 +601,12 @@ mod movies {
             (9, Some(json!({"action": "cancel"})), "WANT_TO_WATCH"),
             (10, None, "WANT_TO_WATCH"),
             (11, Some(json!("refuse")), "WANT_TO_WATCH"),
+            // A status the form does not offer: the call cannot ask again, so it is cancelled.
+            (
+                12,
+                Some(json!({"action": "accept", "content": {"status": "MAYBE"}})),
+                "WANT_TO_WATCH",
+            ),
         ];
         for (movie, answer, expected) in &cases {
             let mut call = client
@@ -638,7 +644,7 @@ mod movies {
                 .unwrap_or_else(|| panic!("movie {movie} saved"));
             assert_eq!(item["status"], expected, "movie {movie} read back");
         }
-        assert_eq!(replicas.database.watchlist_rows("ada").await, 6);
+        assert_eq!(replicas.database.watchlist_rows("ada").await, 7);
 
         let no_elicitation = legacy_session(&mut replicas, 2, "bob", json!({})).await;
         let mut call = no_elicitation

@@ -779,6 +779,27 @@ async fn an_answer_that_does_not_fit_brought_by_the_request_that_became_a_task_i
         "{question}"
     );
 
+    // An answer whose value does not fit the form is refused, and nothing of it recorded.
+    let misfit = fixture_task_request(
+        &client,
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {&key: {"action": "accept", "content": {"confirm": "yes"}}}}),
+    )
+    .await;
+    assert_eq!(misfit.error_code(), -32602, "{}", misfit.body_text());
+    assert!(
+        misfit.body_text().contains("confirm must be true or false"),
+        "{}",
+        misfit.body_text()
+    );
+    let still = fixture_task_request(&client, "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(
+        still.result()["status"],
+        "input_required",
+        "{}",
+        still.body_text()
+    );
+
     let ack = fixture_task_request(
         &client,
         "tasks/update",

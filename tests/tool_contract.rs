@@ -8,12 +8,13 @@
 //!
 //! The same answer is also checked against what every client and model provider can read:
 //! self-contained schemas (no `$ref`/`$defs`) and nullable fields as `anyOf` of single types.
+//! And `server/discover` declares what the server offers, nothing more.
 
 mod support;
 
 use std::path::PathBuf;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::movies::{Backend, MovieServer};
 
 fn snapshot_path() -> PathBuf {
@@ -121,4 +122,31 @@ async fn every_schema_is_self_contained_with_single_types() {
             );
         }
     }
+}
+
+/// `server/discover` declares what the movie server offers and nothing more: its tools, and no
+/// prompts, so no completions either (there are no prompt arguments to complete), and
+/// `completion/complete` is not a method it has.
+#[tokio::test]
+async fn discover_declares_only_what_the_server_offers() {
+    let server = MovieServer::start(Backend::Sqlite).await;
+    let client = server.anonymous();
+    let discover = client.request("server/discover").send().await;
+    let capabilities = &discover.result()["capabilities"];
+    assert!(capabilities["tools"].is_object(), "{capabilities}");
+    for absent in ["prompts", "completions"] {
+        assert!(
+            capabilities.get(absent).is_none(),
+            "{absent} declared: {capabilities}"
+        );
+    }
+    let complete = client
+        .request("completion/complete")
+        .params(json!({
+            "ref": {"type": "ref/prompt", "name": "recommend"},
+            "argument": {"name": "mood", "value": "CO"}
+        }))
+        .send()
+        .await;
+    complete.assert_error(404, -32601);
 }

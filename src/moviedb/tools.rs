@@ -311,8 +311,9 @@ fn no_such(title: Title) -> CallToolResult {
     CallToolResult::error(format!("There is no {}.", title.describe()))
 }
 
-/// Asks whether the user already watched the title; any answer but an accepted, valid status
-/// (decline, cancel, an empty or invalid form, no elicitation support) means WANT_TO_WATCH.
+/// Asks whether the user already watched the title; any answer but an accepted status (decline,
+/// cancel, an empty form, no elicitation support) means WANT_TO_WATCH. A status the form does not
+/// offer never gets here: the engine refuses it (-32602) and the question stands.
 async fn ask_status(ctx: &RequestContext) -> Result<WatchStatus, HandlerError> {
     let form = json!({
         "type": "object",

@@ -287,16 +287,18 @@ fn interaction_tools(registry: &mut Registry) {
             Ok(CallToolResult::text(format!("Elicitation completed: {}", describe(&answer))))
         }))
         .add_tool(Tool::without_arguments("test_elicitation_sep1330_enums", "Asks for a form with every enum style", |ctx| async move {
+            // The values the scenario describes, which its client answers with.
             let options = ["option1", "option2", "option3"];
-            let titled: Vec<Value> = options.iter().map(|o| json!({"const": o, "title": o.replace("option", "Option ")})).collect();
+            let titled_single = json!([{"const": "value1", "title": "First Option"}, {"const": "value2", "title": "Second Option"}, {"const": "value3", "title": "Third Option"}]);
+            let titled_multi = json!([{"const": "value1", "title": "First Choice"}, {"const": "value2", "title": "Second Choice"}, {"const": "value3", "title": "Third Choice"}]);
             let schema = json!({
                 "type": "object",
                 "properties": {
                     "untitledSingle": {"type": "string", "description": "Untitled single-select", "enum": options},
-                    "titledSingle": {"type": "string", "description": "Titled single-select", "oneOf": titled},
-                    "legacyEnum": {"type": "string", "description": "Legacy titled enum", "enum": options, "enumNames": ["Option One", "Option Two", "Option Three"]},
+                    "titledSingle": {"type": "string", "description": "Titled single-select", "oneOf": titled_single},
+                    "legacyEnum": {"type": "string", "description": "Legacy titled enum", "enum": ["opt1", "opt2", "opt3"], "enumNames": ["Option One", "Option Two", "Option Three"]},
                     "untitledMulti": {"type": "array", "description": "Untitled multi-select", "minItems": 1, "maxItems": 3, "items": {"type": "string", "enum": options}},
-                    "titledMulti": {"type": "array", "description": "Titled multi-select", "minItems": 1, "maxItems": 3, "items": {"anyOf": titled}}
+                    "titledMulti": {"type": "array", "description": "Titled multi-select", "minItems": 1, "maxItems": 3, "items": {"anyOf": titled_multi}}
                 }
             });
             let answer = ctx.elicit("enums", "Please select options from the enum fields", schema).await?;

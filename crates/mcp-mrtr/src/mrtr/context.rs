@@ -160,17 +160,22 @@ impl RequestContext {
     }
 
     /// Fails with -32021 unless the client declared `capability` on this request: one of
-    /// `"elicitation"` (form or URL mode), `"sampling"` or `"roots"`; any other name fails.
+    /// `"elicitation"` (its form mode, the one [`elicit`](Self::elicit) asks with), `"sampling"`
+    /// or `"roots"`; any other name fails.
     pub fn require(&self, capability: &str) -> Result<(), ProtocolError> {
         let caps = self.capabilities();
         let declared = match capability {
-            "elicitation" => caps.elicitation_form || caps.elicitation_url,
+            "elicitation" => caps.elicitation_form,
             "sampling" => caps.sampling,
             "roots" => caps.roots,
             _ => false,
         };
         if declared {
             Ok(())
+        } else if capability == "elicitation" {
+            Err(ProtocolError::missing_capability(
+                json!({ "elicitation": { "form": {} } }),
+            ))
         } else {
             Err(ProtocolError::missing_capability(json!({ capability: {} })))
         }
@@ -216,7 +221,10 @@ impl RequestContext {
     }
 
     /// Asks the user to fill a form. Returns [`Elicitation::Unsupported`] at once when the client
-    /// did not declare form elicitation, so the handler can take its fallback.
+    /// did not declare form elicitation, so the handler can take its fallback. Accepted content
+    /// is checked against `schema` first (see [`form`](crate::protocol::form)): a value that does
+    /// not fit is refused with -32602 and the question stands; properties left out (required or
+    /// not) are the handler's to judge.
     pub async fn elicit(
         &self,
         key: &str,

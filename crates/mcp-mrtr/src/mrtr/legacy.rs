@@ -265,10 +265,13 @@ impl Asker for LegacyPeer {
 }
 
 /// Turns a legacy answer into the handler's view. Errors never fail the call: a refusal (code -1)
-/// is a decline, anything else a cancellation (elicitation) or a failure (sampling, roots).
+/// is a decline, anything else a cancellation (elicitation) or a failure (sampling, roots). The
+/// call cannot ask again, so a form answer that does not fit the form counts as cancelled too.
 fn interpret(key: &str, request: &InputRequest, answer: ClientAnswer) -> Answer {
     match (request, answer) {
-        (InputRequest::Elicit(_), Ok(result)) => match Elicitation::from_response(key, &result) {
+        (InputRequest::Elicit(asked), Ok(result)) => match Elicitation::from_response(key, &result)
+            .and_then(|elicitation| elicitation.fitting(key, asked))
+        {
             Ok(elicitation) => Answer::Elicitation(elicitation),
             Err(e) => {
                 tracing::warn!(key, "unusable elicitation answer: {}", e.message);
@@ -302,6 +305,24 @@ mod tests {
     use super::*;
 
     const WAIT: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_form_answer_that_does_not_fit_counts_as_cancelled() {
+        let asked = InputRequest::Elicit(crate::protocol::input::ElicitParams::Form {
+            message: "Watched it?".into(),
+            requested_schema: serde_json::json!({"type": "object", "properties": {
+                "status": {"type": "string", "enum": ["WATCHED", "WANT_TO_WATCH"]}}}),
+        });
+        let answer = |status: &str| {
+            let result = serde_json::json!({"action": "accept", "content": {"status": status}});
+            match interpret("status", &asked, Ok(result)) {
+                Answer::Elicitation(elicitation) => elicitation,
+                other => panic!("an elicitation answer, not {other:?}"),
+            }
+        };
+        assert_eq!(answer("MAYBE"), Elicitation::Cancelled);
+        assert_eq!(answer("WATCHED").text("status").as_deref(), Some("WATCHED"));
+    }
 
     #[test]
     fn only_ids_of_questions_asked_in_the_session_are_taken_for_answers() {

@@ -73,6 +73,8 @@ impl Asker for Rounds {
         let mut round = self.lock();
         let mut answers = Answers::default();
         let mut missing = Vec::new();
+        // A question already asked in this round, still without its answer.
+        let mut unanswered = false;
         for (key, request) in questions {
             if !supports(capabilities, &request) {
                 answers.insert(key, Answer::unsupported(&request));
@@ -84,15 +86,32 @@ impl Asker for Rounds {
                 None => match round.used.get(&key) {
                     Some(raw) => (raw.clone(), false),
                     None => {
-                        missing.push((key, request));
+                        // Keys are unique in `inputRequests`: a question asked twice in a
+                        // round (or again after its handler caught the first ask) is one.
+                        let asked = |(k, _): &(String, InputRequest)| *k == key;
+                        if let Some((_, first)) =
+                            round.pending.iter().chain(&missing).find(|q| asked(q))
+                            && *first != request
+                        {
+                            tracing::warn!(
+                                key,
+                                "a question asked again under its key with other params: the \
+                                 first is sent"
+                            );
+                        }
+                        if round.pending.iter().any(asked) {
+                            unanswered = true;
+                        } else if !missing.iter().any(asked) {
+                            missing.push((key, request));
+                        }
                         continue;
                     }
                 },
             };
             let answer = match request {
-                InputRequest::Elicit(_) => {
-                    Elicitation::from_response(&key, &raw).map(Answer::Elicitation)
-                }
+                InputRequest::Elicit(asked) => Elicitation::from_response(&key, &raw)
+                    .and_then(|answer| answer.fitting(&key, &asked))
+                    .map(Answer::Elicitation),
                 InputRequest::Sample(_) => {
                     Sampling::from_response(&key, &raw).map(Answer::Sampling)
                 }
@@ -108,7 +127,7 @@ impl Asker for Rounds {
             answers.insert(key.clone(), answer);
             round.used.insert(key, raw);
         }
-        if missing.is_empty() {
+        if missing.is_empty() && !unanswered {
             return Ok(answers);
         }
         round.pending.extend(missing);
@@ -117,5 +136,43 @@ impl Asker for Rounds {
 
     fn answers_live(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::protocol::input::ElicitParams;
+
+    fn name_question() -> InputRequest {
+        InputRequest::Elicit(ElicitParams::Form {
+            message: "Your name?".into(),
+            requested_schema: json!({"type": "object", "properties": {"name": {"type": "string"}}}),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_question_asked_twice_in_a_round_is_sent_once() {
+        let rounds = Rounds::default();
+        let capabilities = ClientCapabilities {
+            elicitation_form: true,
+            ..ClientCapabilities::default()
+        };
+        let twice = vec![("name".to_owned(), name_question()); 2];
+        let first = rounds.ask(&capabilities, None, twice).await;
+        assert!(matches!(first, Err(HandlerError::InputRequired(_))));
+        // A handler that caught the first ask's InputRequired and asks again.
+        let again = rounds
+            .ask(
+                &capabilities,
+                None,
+                vec![("name".to_owned(), name_question())],
+            )
+            .await;
+        assert!(matches!(again, Err(HandlerError::InputRequired(_))));
+        let keys: Vec<String> = rounds.take().pending.into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["name"]);
     }
 }

@@ -154,6 +154,31 @@ impl Elicitation {
         }
     }
 
+    /// The answer, unless it accepts a form with a value that does not fit the form's requested
+    /// schema (see [`form`](super::form)): -32602 naming the property.
+    pub fn fitting(self, key: &str, asked: &ElicitParams) -> Result<Self, ProtocolError> {
+        match asked {
+            ElicitParams::Form {
+                requested_schema, ..
+            } => self.fitting_form(key, requested_schema),
+            ElicitParams::Url { .. } => Ok(self),
+        }
+    }
+
+    /// [`fitting`](Self::fitting), for a form asked with `schema`. A whole number sent for an
+    /// integer property (`30.0`) comes back as an integer.
+    pub fn fitting_form(mut self, key: &str, schema: &Value) -> Result<Self, ProtocolError> {
+        if let Self::Accepted(content) = &mut self {
+            if let Some(why) = super::form::misfit(schema, content) {
+                return Err(ProtocolError::invalid_params(format!(
+                    "inputResponses.{key} does not fit the requested form: {why}"
+                )));
+            }
+            super::form::integers_as_integers(schema, content);
+        }
+        Ok(self)
+    }
+
     /// The accepted form content, if the user accepted.
     pub fn content(&self) -> Option<&Map<String, Value>> {
         match self {

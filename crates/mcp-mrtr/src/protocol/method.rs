@@ -131,7 +131,8 @@ impl Method {
         matches!(self, Self::TasksGet | Self::TasksUpdate | Self::TasksCancel)
     }
 
-    /// The capability area (`tools`, `prompts`, `resources`) the method belongs to, if any.
+    /// The capability area (`tools`, `prompts`, `resources`, `completion`) the method belongs to,
+    /// if any.
     pub fn area(self) -> Option<&'static str> {
         match self {
             Self::ToolsList | Self::ToolsCall => Some("tools"),
@@ -141,6 +142,7 @@ impl Method {
             | Self::ResourcesTemplatesList
             | Self::ResourcesSubscribe
             | Self::ResourcesUnsubscribe => Some("resources"),
+            Self::CompletionComplete => Some("completion"),
             _ => None,
         }
     }

@@ -6,6 +6,7 @@
 
 pub mod content;
 pub mod error;
+pub mod form;
 pub mod input;
 pub mod jsonrpc;
 pub mod meta;

@@ -192,7 +192,8 @@ impl Server {
     }
 
     /// Whether `method` exists on this server's 2026-07-28 wire (others get -32601 / HTTP 404):
-    /// a method of an area (tools, prompts, resources) only when the registry offers that area.
+    /// a method of an area (tools, prompts, resources) only when the registry offers that area,
+    /// and `completion/complete` only with prompts to complete the arguments of.
     pub fn implements(&self, method: Method) -> bool {
         if method.is_task_method() {
             return self.tasks.is_some();
@@ -202,6 +203,8 @@ impl Server {
                 Some("tools") => self.registry.has_tools(),
                 Some("prompts") => self.registry.has_prompts(),
                 Some("resources") => self.registry.has_resources(),
+                // Only a prompt's arguments have values to offer.
+                Some("completion") => self.registry.has_prompts(),
                 _ => true,
             }
     }
@@ -222,7 +225,9 @@ impl Server {
                 json!({ "listChanged": true, "subscribe": true }),
             );
         }
-        caps.insert("completions".into(), json!({}));
+        if self.registry.has_prompts() {
+            caps.insert("completions".into(), json!({}));
+        }
         caps.insert("logging".into(), json!({}));
         if self.tasks.is_some() {
             caps.insert("extensions".into(), json!({ TASKS_EXTENSION: {} }));

@@ -569,10 +569,16 @@ impl Tasks {
 }
 
 /// Whether `answer` answers the question `asked` (as sent in `inputRequests`) in the shape its
-/// kind calls for; -32602 naming the key otherwise.
+/// kind calls for, a form's values fitting its schema; -32602 naming the key otherwise.
 fn fits(key: &str, asked: &Value, answer: &Value) -> Result<(), ProtocolError> {
     match asked.get("method").and_then(Value::as_str) {
-        Some("elicitation/create") => Elicitation::from_response(key, answer).map(drop),
+        Some("elicitation/create") => {
+            let answer = Elicitation::from_response(key, answer)?;
+            match asked.pointer("/params/requestedSchema") {
+                Some(schema) => answer.fitting_form(key, schema).map(drop),
+                None => Ok(()),
+            }
+        }
         Some("sampling/createMessage") => Sampling::from_response(key, answer).map(drop),
         Some("roots/list") => Roots::from_response(key, answer).map(drop),
         _ => Ok(()),

@@ -1,0 +1,272 @@
+//! Accepted form content checked against the form's requested schema, as the elicitation spec
+//! asks servers to ("validate received data matches the requested schema"). A form schema is flat:
+//! each property is a string (with a length, or one of `enum` / `oneOf` consts), a number or
+//! integer (with bounds), a boolean, or an array of strings chosen from a list. Each value the
+//! client sent for a declared property is checked; properties the schema does not declare, and
+//! keywords beyond those (`format`, `default`, `enumNames`), are left alone. Required properties
+//! left out, or sent as null (as some forms send an untouched field), are not refused here: an
+//! empty form is an answer the handler decides about (it may take a fallback or ask again).
+
+use serde_json::{Map, Value};
+
+/// Most choices an error message lists.
+const CHOICES_LISTED: usize = 10;
+
+/// Why `content` does not fit `schema` (the first value found that does not), naming the
+/// property.
+pub fn misfit(schema: &Value, content: &Map<String, Value>) -> Option<String> {
+    let properties = schema.get("properties")?.as_object()?;
+    content.iter().find_map(|(name, value)| {
+        if value.is_null() {
+            return None;
+        }
+        let property = properties.get(name)?.as_object()?;
+        let why = value_misfit(property, value)?;
+        Some(format!("{name} {why}"))
+    })
+}
+
+/// Why `value` does not fit the property's schema, if it does not.
+fn value_misfit(property: &Map<String, Value>, value: &Value) -> Option<String> {
+    match property.get("type").and_then(Value::as_str)? {
+        "string" => {
+            let Some(text) = value.as_str() else {
+                return Some("must be a string".into());
+            };
+            let length = text.chars().count() as u64;
+            if let Some(least) = bound(property, "minLength").filter(|least| length < *least as u64)
+            {
+                return Some(format!("must be at least {least} characters long"));
+            }
+            if let Some(most) = bound(property, "maxLength").filter(|most| length > *most as u64) {
+                return Some(format!("must be at most {most} characters long"));
+            }
+            not_among(&choices(property), value)
+        }
+        "number" | "integer" => {
+            let Some(number) = value.as_f64() else {
+                return Some("must be a number".into());
+            };
+            if property.get("type").and_then(Value::as_str) == Some("integer")
+                && number.fract() != 0.0
+            {
+                return Some("must be an integer".into());
+            }
+            if let Some(least) = bound(property, "minimum").filter(|least| number < *least) {
+                return Some(format!("must be at least {least}"));
+            }
+            if let Some(most) = bound(property, "maximum").filter(|most| number > *most) {
+                return Some(format!("must be at most {most}"));
+            }
+            None
+        }
+        "boolean" => (!value.is_boolean()).then(|| "must be true or false".into()),
+        "array" => {
+            let Some(items) = value.as_array() else {
+                return Some("must be a list of strings".into());
+            };
+            if items.iter().any(|item| !item.is_string()) {
+                return Some("must be a list of strings".into());
+            }
+            let count = items.len() as f64;
+            if let Some(least) = bound(property, "minItems").filter(|least| count < *least) {
+                return Some(format!("must have at least {least} selected"));
+            }
+            if let Some(most) = bound(property, "maxItems").filter(|most| count > *most) {
+                return Some(format!("must have at most {most} selected"));
+            }
+            let allowed = property
+                .get("items")
+                .and_then(Value::as_object)
+                .map(choices)
+                .unwrap_or_default();
+            items.iter().find_map(|item| not_among(&allowed, item))
+        }
+        // A type a form cannot hold: nothing to check it by.
+        _ => None,
+    }
+}
+
+/// A numeric keyword of the property.
+fn bound(property: &Map<String, Value>, keyword: &str) -> Option<f64> {
+    property.get(keyword).and_then(Value::as_f64)
+}
+
+/// The values a property (or an array's items) allows: its `enum`, or the `const` of each
+/// `oneOf` / `anyOf` branch; empty when it lists none.
+fn choices(schema: &Map<String, Value>) -> Vec<&Value> {
+    if let Some(Value::Array(values)) = schema.get("enum") {
+        return values.iter().collect();
+    }
+    ["oneOf", "anyOf"]
+        .iter()
+        .filter_map(|keyword| schema.get(*keyword).and_then(Value::as_array))
+        .flatten()
+        .filter_map(|branch| branch.get("const"))
+        .collect()
+}
+
+/// Why `value` is not one of `allowed` (none when the list is empty: any value goes).
+fn not_among(allowed: &[&Value], value: &Value) -> Option<String> {
+    if allowed.is_empty() || allowed.contains(&value) {
+        return None;
+    }
+    let mut listed: Vec<String> = allowed
+        .iter()
+        .take(CHOICES_LISTED)
+        .map(|choice| choice.to_string())
+        .collect();
+    if allowed.len() > CHOICES_LISTED {
+        listed.push(format!("… ({} in all)", allowed.len()));
+    }
+    Some(format!("must be one of {}", listed.join(", ")))
+}
+
+/// `content` with each whole number sent for an integer property (`30.0`, `1e2`) written as the
+/// integer it is, so that a handler reading it as one finds it.
+pub fn integers_as_integers(schema: &Value, content: &mut Map<String, Value>) {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    for (name, value) in content.iter_mut() {
+        let integer = properties
+            .get(name)
+            .and_then(|property| property.get("type"))
+            .and_then(Value::as_str)
+            == Some("integer");
+        if let Some(number) = value.as_f64().filter(|_| integer && value.is_f64())
+            && number.fract() == 0.0
+            && number.abs() < 9_007_199_254_740_992.0
+        {
+            // Within 2^53, where every whole f64 is an exact i64.
+            *value = Value::from(number as i64);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn form() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "minLength": 2, "maxLength": 5},
+                "status": {"type": "string", "oneOf": [
+                    {"const": "WANT_TO_WATCH", "title": "Want to watch"},
+                    {"const": "WATCHED", "title": "Already watched"}]},
+                "size": {"type": "string", "enum": ["S", "M"]},
+                "age": {"type": "integer", "minimum": 0, "maximum": 150},
+                "score": {"type": "number", "maximum": 10},
+                "agree": {"type": "boolean"},
+                "colours": {"type": "array", "maxItems": 2,
+                            "items": {"anyOf": [{"const": "red"}, {"const": "blue"}]}},
+                "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
+            },
+            "required": ["name"]
+        })
+    }
+
+    fn misfit_of(content: Value) -> Option<String> {
+        let Value::Object(content) = content else {
+            panic!("content is an object");
+        };
+        misfit(&form(), &content)
+    }
+
+    #[test]
+    fn values_that_fit_pass_and_undeclared_or_missing_ones_are_left_alone() {
+        assert_eq!(
+            misfit_of(
+                json!({"name": "Ana", "status": "WATCHED", "size": "M", "age": 30,
+                             "score": 9.5, "agree": true, "colours": ["red", "blue"],
+                             "tags": ["b"], "extra": {"nested": 1}})
+            ),
+            None
+        );
+        assert_eq!(misfit_of(json!({})), None, "required is the handler's call");
+        assert_eq!(misfit_of(json!({"status": null})), None, "null is left out");
+        assert_eq!(misfit_of(json!({"age": 30.0})), None, "30.0 is an integer");
+        assert_eq!(misfit_of(json!({"age": 1e2})), None, "1e2 is an integer");
+        let legacy = json!({"type": "object", "properties": {
+            "when": {"type": "string", "format": "date", "default": "2026-01-01"},
+            "pick": {"type": "string", "enum": ["opt1", "opt2"], "enumNames": ["One", "Two"]}}});
+        let Value::Object(content) = json!({"when": "soon", "pick": "opt2"}) else {
+            panic!("an object");
+        };
+        assert_eq!(
+            misfit(&legacy, &content),
+            None,
+            "format and enumNames are not checked"
+        );
+    }
+
+    #[test]
+    fn whole_numbers_for_integer_properties_become_integers() {
+        let Value::Object(mut content) =
+            json!({"age": 30.0, "score": 9.0, "name": "Ana", "big": 1e300})
+        else {
+            panic!("an object");
+        };
+        let mut schema = form();
+        schema["properties"]["big"] = json!({"type": "integer"});
+        integers_as_integers(&schema, &mut content);
+        assert_eq!(content["age"].as_i64(), Some(30));
+        assert!(
+            content["score"].is_f64(),
+            "a number property keeps its float"
+        );
+        assert!(content["big"].is_f64(), "past 2^53 it is left as sent");
+    }
+
+    #[test]
+    fn each_kind_of_misfit_is_named_with_its_property() {
+        for (content, why) in [
+            (
+                json!({"status": "MAYBE"}),
+                "status must be one of \"WANT_TO_WATCH\", \"WATCHED\"",
+            ),
+            (json!({"size": "XL"}), "size must be one of \"S\", \"M\""),
+            (json!({"name": 7}), "name must be a string"),
+            (
+                json!({"name": "A"}),
+                "name must be at least 2 characters long",
+            ),
+            (
+                json!({"name": "Anastasia"}),
+                "name must be at most 5 characters long",
+            ),
+            (json!({"age": "thirty"}), "age must be a number"),
+            (json!({"age": 30.5}), "age must be an integer"),
+            (json!({"age": -1}), "age must be at least 0"),
+            (json!({"score": 11}), "score must be at most 10"),
+            (json!({"agree": "yes"}), "agree must be true or false"),
+            (
+                json!({"colours": "red"}),
+                "colours must be a list of strings",
+            ),
+            (
+                json!({"colours": ["red", 1]}),
+                "colours must be a list of strings",
+            ),
+            (
+                json!({"colours": ["red", "green"]}),
+                "colours must be one of \"red\", \"blue\"",
+            ),
+            (
+                json!({"colours": ["red", "blue", "red"]}),
+                "colours must have at most 2 selected",
+            ),
+            (json!({"tags": ["c"]}), "tags must be one of \"a\", \"b\""),
+        ] {
+            assert_eq!(
+                misfit_of(content.clone()).as_deref(),
+                Some(why),
+                "{content}"
+            );
+        }
+    }
+}
