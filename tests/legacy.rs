@@ -1042,3 +1042,45 @@ mod movies {
         assert_eq!(structured(response)["summary"], Value::Null, "{response}");
     }
 }
+
+#[tokio::test]
+async fn a_url_question_on_a_session_carries_its_elicitation_id() {
+    let server = TestServer::start().await;
+    let client = session(&server, json!({"elicitation": {"url": {}}})).await;
+    let mut first = client.start_call("open_link", json!({})).await;
+    let request = first.next_server_request().await;
+    assert_eq!(request["params"]["mode"], "url");
+    assert_eq!(
+        request["params"]["url"],
+        "https://catalogue.example/connect?session=7"
+    );
+    let named = request["params"]["elicitationId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("2025-11-25 requires an elicitationId: {request}"))
+        .to_owned();
+    client
+        .answer(&request["id"], json!({"action": "accept"}))
+        .await;
+    assert_eq!(text_of(&first.response().await), "opened");
+
+    let mut second = client.start_call("open_link", json!({})).await;
+    let request = second.next_server_request().await;
+    assert_ne!(
+        request["params"]["elicitationId"], named,
+        "each URL elicitation has its own id"
+    );
+    client
+        .answer(&request["id"], json!({"action": "cancel"}))
+        .await;
+    assert_eq!(text_of(&second.response().await), "cancelled");
+}
+
+#[tokio::test]
+async fn a_question_no_client_may_be_sent_is_not_sent_on_a_session_either() {
+    let server = TestServer::start().await;
+    let client = session(&server, elicitation()).await;
+    let mut call = client.start_call("nested_form", json!({})).await;
+    // `response` fails on any server request met before the call's own answer.
+    let answer = call.response().await;
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+}

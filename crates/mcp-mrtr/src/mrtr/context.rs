@@ -271,10 +271,21 @@ impl RequestContext {
     /// Asks several questions in one round. Questions the client cannot answer (capability not
     /// declared) come back as `Unsupported`; if any other answer is missing, the call ends with
     /// `input_required` carrying every missing question, and the handler runs again on the retry.
+    /// A question the spec does not let a server send (see [`InputRequest::malformed`]) is a bug
+    /// in the handler: nothing is sent, and the call fails with -32603, whatever the client's
+    /// capabilities (so the bug shows with every client).
     pub async fn ask(
         &self,
         questions: Vec<(String, InputRequest)>,
     ) -> Result<Answers, HandlerError> {
+        if let Some((key, why)) = questions
+            .iter()
+            .find_map(|(key, question)| Some((key, question.malformed()?)))
+        {
+            return Err(HandlerError::Internal(anyhow::anyhow!(
+                "question {key:?} cannot be sent: {why}"
+            )));
+        }
         self.inner
             .asker
             .ask(self.capabilities(), self.inner.notifier.as_ref(), questions)

@@ -17,7 +17,7 @@ use super::error::HandlerError;
 use super::notify::Notifier;
 use super::seal::{StateSealer, VOUCH_TAG_LEN, VOUCH_UNIQUE_LEN};
 use crate::protocol::error::excerpt;
-use crate::protocol::input::{Elicitation, InputRequest, Roots, Sampling};
+use crate::protocol::input::{ElicitParams, Elicitation, InputRequest, Roots, Sampling};
 use crate::protocol::{ClientCapabilities, RequestId};
 
 /// How a server-initiated request ended: the client's `result`, or its `error` object.
@@ -199,6 +199,12 @@ impl LegacyPeer {
         let (_registration, answer) = self.pending.register(id_text);
         // The wire form of a question is `{method, params}`; a request adds the envelope.
         let mut message = serde_json::to_value(request).map_err(|e| error_value(&e.to_string()))?;
+        if let InputRequest::Elicit(ElicitParams::Url { .. }) = request {
+            // 2025-11-25 requires an id unique within the server for each URL elicitation; the
+            // request's own id is one. (Nothing here sends its completion notice: the handler
+            // does not see the id.)
+            message["params"]["elicitationId"] = id.as_value().clone();
+        }
         message["jsonrpc"] = Value::from("2.0");
         message["id"] = id.as_value().clone();
         let message = serde_json::to_vec(&message).map_err(|e| error_value(&e.to_string()))?;
@@ -308,7 +314,7 @@ mod tests {
 
     #[test]
     fn a_form_answer_that_does_not_fit_counts_as_cancelled() {
-        let asked = InputRequest::Elicit(crate::protocol::input::ElicitParams::Form {
+        let asked = InputRequest::Elicit(ElicitParams::Form {
             message: "Watched it?".into(),
             requested_schema: serde_json::json!({"type": "object", "properties": {
                 "status": {"type": "string", "enum": ["WATCHED", "WANT_TO_WATCH"]}}}),
@@ -389,7 +395,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_question_its_client_does_not_read_is_given_up_within_the_wait() {
-        use crate::protocol::input::ElicitParams;
         // A stream with room for one message, already taken: the question cannot go out.
         let (stream, _unread) = tokio::sync::mpsc::channel(1);
         let notifier = Notifier::new(stream);

@@ -12,6 +12,84 @@ use serde_json::{Map, Value};
 /// Most choices an error message lists.
 const CHOICES_LISTED: usize = 10;
 
+/// Why `schema` is not a form a server may ask with, if it is not: the spec's forms are flat, an
+/// object whose properties are each a string, a number, an integer, a boolean, or a list of
+/// strings chosen from an `enum` or `anyOf` / `oneOf` consts (a string's own choices are strings
+/// too). Keywords beyond the structure (`format`, bounds, titles, defaults) are left to the
+/// client, which renders them.
+pub fn not_a_form(schema: &Value) -> Option<String> {
+    let Some(schema) = schema.as_object() else {
+        return Some("requestedSchema must be a JSON object".into());
+    };
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Some("requestedSchema must have \"type\": \"object\"".into());
+    }
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return Some("requestedSchema must list its fields in a \"properties\" object".into());
+    };
+    if let Some(required) = schema.get("required")
+        && !required
+            .as_array()
+            .is_some_and(|names| names.iter().all(Value::is_string))
+    {
+        return Some("requestedSchema's \"required\" must be a list of property names".into());
+    }
+    properties.iter().find_map(|(name, property)| {
+        let why = not_a_field(property)?;
+        Some(format!("requestedSchema's property {name} {why}"))
+    })
+}
+
+/// Why a property's schema is not one a form can hold, if it is not.
+fn not_a_field(property: &Value) -> Option<&'static str> {
+    let Some(property) = property.as_object() else {
+        return Some("must be a JSON object");
+    };
+    match property.get("type") {
+        Some(Value::String(kind)) if kind == "string" => {
+            (!string_choices(property)).then_some("offers choices that are not strings")
+        }
+        Some(Value::String(kind)) if matches!(kind.as_str(), "number" | "integer" | "boolean") => {
+            None
+        }
+        Some(Value::String(kind)) if kind == "array" => {
+            let Some(items) = property.get("items").and_then(Value::as_object) else {
+                return Some("is a list without \"items\" to choose from");
+            };
+            let strings = items.get("type").is_none_or(|kind| kind == "string");
+            let listed = ["enum", "oneOf", "anyOf"]
+                .iter()
+                .any(|keyword| items.contains_key(*keyword));
+            (!strings || !listed || !string_choices(items))
+                .then_some("is a list, which a form holds only as strings chosen from a list")
+        }
+        Some(_) => Some(
+            "has a type a form cannot hold (string, number, integer, boolean, or a list of choices)",
+        ),
+        None => Some("has no \"type\""),
+    }
+}
+
+/// Whether the choices a schema lists, if any, are strings: each `enum` value, and each `oneOf` /
+/// `anyOf` branch a `{"const": "…"}` (with a title, say), not a schema of its own.
+fn string_choices(schema: &Map<String, Value>) -> bool {
+    let listed_strings = |keyword: &str, is_choice: fn(&Value) -> bool| {
+        schema.get(keyword).is_none_or(|listed| {
+            listed
+                .as_array()
+                .is_some_and(|all| all.iter().all(is_choice))
+        })
+    };
+    listed_strings("enum", Value::is_string)
+        && ["oneOf", "anyOf"].iter().all(|keyword| {
+            listed_strings(keyword, |branch| {
+                branch.get("const").is_some_and(Value::is_string)
+                    && branch.get("type").is_none_or(|kind| kind == "string")
+                    && branch.get("properties").is_none()
+            })
+        })
+}
+
 /// Why `content` does not fit `schema` (the first value found that does not), naming the
 /// property.
 pub fn misfit(schema: &Value, content: &Map<String, Value>) -> Option<String> {
@@ -202,6 +280,89 @@ mod tests {
             None,
             "format and enumNames are not checked"
         );
+    }
+
+    #[test]
+    fn a_form_is_flat_and_each_field_primitive() {
+        assert_eq!(not_a_form(&form()), None);
+        let legacy_enum = json!({"type": "object", "properties": {
+            "pick": {"type": "string", "enum": ["opt1", "opt2"], "enumNames": ["One", "Two"]},
+            "when": {"type": "string", "format": "date", "default": "2026-01-01"}}});
+        assert_eq!(not_a_form(&legacy_enum), None);
+        assert_eq!(
+            not_a_form(&json!({"type": "object", "properties": {}})),
+            None,
+            "a form may ask for nothing"
+        );
+        let empty_choice = json!({"type": "object", "properties": {
+            "tags": {"type": "array", "items": {"type": "string", "enum": []}}}});
+        assert_eq!(
+            not_a_form(&empty_choice),
+            None,
+            "a list with no choices yet"
+        );
+        for (schema, why) in [
+            (json!("form"), "requestedSchema must be a JSON object"),
+            (
+                json!({"properties": {}}),
+                "requestedSchema must have \"type\": \"object\"",
+            ),
+            (
+                json!({"type": "object"}),
+                "requestedSchema must list its fields in a \"properties\" object",
+            ),
+            (
+                json!({"type": "object", "properties": {}, "required": "name"}),
+                "requestedSchema's \"required\" must be a list of property names",
+            ),
+            (
+                json!({"type": "object", "properties": {"where": {"type": "object",
+                    "properties": {"city": {"type": "string"}}}}}),
+                "requestedSchema's property where has a type a form cannot hold (string, number, integer, boolean, or a list of choices)",
+            ),
+            (
+                json!({"type": "object", "properties": {"name": {"title": "Name"}}}),
+                "requestedSchema's property name has no \"type\"",
+            ),
+            (
+                json!({"type": "object", "properties": {"name": true}}),
+                "requestedSchema's property name must be a JSON object",
+            ),
+            (
+                json!({"type": "object", "properties": {"size": {"type": "string", "enum": [1, 2]}}}),
+                "requestedSchema's property size offers choices that are not strings",
+            ),
+            (
+                json!({"type": "object", "properties": {"tags": {"type": "array"}}}),
+                "requestedSchema's property tags is a list without \"items\" to choose from",
+            ),
+            (
+                json!({"type": "object", "properties": {"tags": {"type": "array",
+                    "items": {"type": "string"}}}}),
+                "requestedSchema's property tags is a list, which a form holds only as strings chosen from a list",
+            ),
+            (
+                json!({"type": "object", "properties": {"size": {"type": "string",
+                    "oneOf": [{"const": "S"}, {"type": "object"}]}}}),
+                "requestedSchema's property size offers choices that are not strings",
+            ),
+            (
+                json!({"type": "object", "properties": {"tags": {"type": "array",
+                    "items": {"anyOf": [{"const": "a"}, {"type": "object", "properties": {}}]}}}}),
+                "requestedSchema's property tags is a list, which a form holds only as strings chosen from a list",
+            ),
+            (
+                json!({"type": "object", "properties": {"name": {"type": ["string", "null"]}}}),
+                "requestedSchema's property name has a type a form cannot hold (string, number, integer, boolean, or a list of choices)",
+            ),
+            (
+                json!({"type": "object", "properties": {"points": {"type": "array",
+                    "items": {"type": "object", "enum": [{"x": 1}]}}}}),
+                "requestedSchema's property points is a list, which a form holds only as strings chosen from a list",
+            ),
+        ] {
+            assert_eq!(not_a_form(&schema).as_deref(), Some(why), "{schema}");
+        }
     }
 
     #[test]

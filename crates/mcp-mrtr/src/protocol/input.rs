@@ -25,6 +25,35 @@ pub enum InputRequest {
     ListRoots(EmptyParams),
 }
 
+impl InputRequest {
+    /// Why the spec does not let a server send this question, if it does not: a form whose
+    /// requested schema is not flat (see [`form::not_a_form`](super::form::not_a_form)), or a
+    /// URL that is not absolute.
+    pub fn malformed(&self) -> Option<String> {
+        match self {
+            Self::Elicit(ElicitParams::Form {
+                requested_schema, ..
+            }) => super::form::not_a_form(requested_schema),
+            Self::Elicit(ElicitParams::Url { url, .. }) => {
+                // The url crate forgives spaces and control characters (it trims or encodes
+                // them); a client reading the text as sent might not.
+                let why = if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    Some("it holds spaces or control characters".to_owned())
+                } else {
+                    url::Url::parse(url).err().map(|e| e.to_string())
+                };
+                why.map(|why| {
+                    format!(
+                        "the URL to open, {}, is not an absolute URL: {why}",
+                        excerpt(url)
+                    )
+                })
+            }
+            Self::Sample(_) | Self::ListRoots(_) => None,
+        }
+    }
+}
+
 /// Params of a request that takes none; serializes as `{}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct EmptyParams {}
@@ -347,6 +376,53 @@ pub fn parse_input_responses(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn open(url: &str) -> InputRequest {
+        InputRequest::Elicit(ElicitParams::Url {
+            message: "Open this".into(),
+            url: url.into(),
+        })
+    }
+
+    #[test]
+    fn a_url_to_open_is_absolute_and_written_plainly() {
+        for fine in [
+            "https://catalogue.example/connect?session=7",
+            "http://localhost:8080/",
+            "mailto:help@catalogue.example",
+        ] {
+            assert_eq!(open(fine).malformed(), None, "{fine}");
+        }
+        for (bad, why) in [
+            ("", "relative URL without a base"),
+            ("/connect", "relative URL without a base"),
+            ("http://", "empty host"),
+            (" https://catalogue.example", "spaces or control characters"),
+            (
+                "https://catalogue.example/a b",
+                "spaces or control characters",
+            ),
+            (
+                "https://cata\tlogue.example",
+                "spaces or control characters",
+            ),
+        ] {
+            let refused = open(bad)
+                .malformed()
+                .unwrap_or_else(|| panic!("{bad:?} passed"));
+            assert!(refused.contains(why), "{bad:?}: {refused}");
+        }
+        let nested = InputRequest::Elicit(ElicitParams::Form {
+            message: "Where?".into(),
+            requested_schema: json!({"type": "object", "properties": {"at": {"type": "object"}}}),
+        });
+        assert!(nested.malformed().is_some());
+        assert_eq!(
+            InputRequest::ListRoots(EmptyParams {}).malformed(),
+            None,
+            "only elicitations carry anything to check"
+        );
+    }
 
     fn with_answers(count: usize) -> Map<String, Value> {
         let answers: Map<String, Value> = (0..count)

@@ -126,6 +126,18 @@ impl Method {
         )
     }
 
+    /// Whether the method lists a collection that the spec lets come in pages (`cursor` in,
+    /// `nextCursor` out).
+    pub fn is_paginated(self) -> bool {
+        matches!(
+            self,
+            Self::ToolsList
+                | Self::PromptsList
+                | Self::ResourcesList
+                | Self::ResourcesTemplatesList
+        )
+    }
+
     /// Whether the method belongs to the Tasks extension (`tasks/*`).
     pub fn is_task_method(self) -> bool {
         matches!(self, Self::TasksGet | Self::TasksUpdate | Self::TasksCancel)

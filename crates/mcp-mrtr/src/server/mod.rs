@@ -269,10 +269,12 @@ impl Server {
         env: RequestEnv,
     ) -> Result<Reply, ProtocolError> {
         let modern = matches!(env.era, Era::Modern).then_some(&self.result_meta);
+        if method.is_paginated() {
+            one_page(params)?;
+        }
         let (result, ttl_ms, scope) = match method {
             Method::ServerDiscover => (self.discover(), Some(self.cache.discover_ttl_ms), "public"),
             Method::ToolsList => {
-                one_page(params)?;
                 let tools: Vec<Value> = self
                     .registry
                     .listed_tools()
@@ -285,7 +287,6 @@ impl Server {
                 )
             }
             Method::PromptsList => {
-                one_page(params)?;
                 let prompts: Vec<Value> = self
                     .registry
                     .prompts()
@@ -299,7 +300,6 @@ impl Server {
                 )
             }
             Method::ResourcesList => {
-                one_page(params)?;
                 let resources: Vec<Value> = self
                     .registry
                     .resources()
@@ -313,7 +313,6 @@ impl Server {
                 )
             }
             Method::ResourcesTemplatesList => {
-                one_page(params)?;
                 let templates: Vec<Value> = self
                     .registry
                     .templates()

@@ -1,7 +1,7 @@
 //! MRTR rounds: a call asks, the retry with the answer completes; several questions in turn; a
 //! client without form elicitation gets the fallback at once.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::alice;
 use crate::support::{TestServer, accept};
@@ -127,4 +127,67 @@ async fn client_without_form_elicitation_gets_the_fallback_at_once() {
         assert_eq!(reply.text(), "Hello, stranger!", "with {capabilities}");
     }
     assert_eq!(server.probes.greet_runs(), 3);
+}
+
+#[tokio::test]
+async fn a_url_question_names_its_page_and_the_retry_says_what_the_user_did() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let opens_urls = json!({"elicitation": {"url": {}}});
+    // A round of open_link from a client that opens URLs: the first call with no answers.
+    let round = |answers: Option<(Value, String)>| {
+        let params = match answers {
+            None => json!({"name": "open_link", "arguments": {}}),
+            Some((answer, state)) => json!({"name": "open_link", "arguments": {},
+                "inputResponses": {"open_page": answer}, "requestState": state}),
+        };
+        client
+            .request("tools/call")
+            .params(params)
+            .capabilities(opens_urls.clone())
+            .send()
+    };
+
+    let first = round(None).await;
+    assert_eq!(first.result_type(), "input_required");
+    let question = &first.input_requests()["open_page"];
+    assert_eq!(question["method"], "elicitation/create");
+    assert_eq!(question["params"]["mode"], "url");
+    assert_eq!(
+        question["params"]["url"],
+        "https://catalogue.example/connect?session=7"
+    );
+    assert!(
+        question["params"].get("requestedSchema").is_none(),
+        "{question}"
+    );
+    let opened = round(Some((json!({"action": "accept"}), first.request_state()))).await;
+    assert_eq!(opened.result_type(), "complete");
+    assert_eq!(opened.text(), "opened");
+
+    let second = round(None).await;
+    let declined = round(Some((json!({"action": "decline"}), second.request_state()))).await;
+    assert_eq!(declined.text(), "declined");
+
+    let form_only = client.call_tool("open_link", json!({})).await;
+    assert_eq!(
+        form_only.text(),
+        "not asked",
+        "a client that declared only form mode is not sent a URL"
+    );
+}
+
+#[tokio::test]
+async fn a_question_no_client_may_be_sent_fails_the_call_and_asks_nothing() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let reply = client.call_tool("nested_form", json!({})).await;
+    assert_eq!(reply.status.as_u16(), 500);
+    assert_eq!(reply.error_code(), -32603, "{}", reply.response());
+    assert!(reply.response().get("result").is_none(), "nothing asked");
+    assert!(
+        !reply.error_message().contains("address"),
+        "a handler's bug is logged, not told: {}",
+        reply.error_message()
+    );
 }

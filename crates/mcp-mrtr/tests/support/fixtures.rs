@@ -10,7 +10,9 @@ use mcp_mrtr::protocol::LogLevel;
 use mcp_mrtr::protocol::content::{
     CallToolResult, Content, GetPromptResult, PromptMessage, ReadResourceResult, ResourceContents,
 };
-use mcp_mrtr::protocol::input::{Elicitation, Sampling, SamplingParams};
+use mcp_mrtr::protocol::input::{
+    ElicitParams, Elicitation, InputRequest, Sampling, SamplingParams,
+};
 use mcp_mrtr::registry::{NoArguments, Prompt, Registry, Resource, ResourceTemplate, Tool};
 use mcp_mrtr::server::{Events, ServerEvent};
 use serde_json::{Value, json};
@@ -216,6 +218,39 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
             Ok(CallToolResult::text(format!("Region: {region}")))
         },
     ));
+
+    registry.add_tool(Tool::without_arguments(
+        "open_link",
+        "Asks the user to open a page (URL-mode elicitation, key open_page) and says what they did",
+        |ctx| async move {
+            let open_page = InputRequest::Elicit(ElicitParams::Url {
+                message: "Connect your catalogue account".into(),
+                url: "https://catalogue.example/connect?session=7".into(),
+            });
+            let answers = ctx.ask(vec![("open_page".into(), open_page)]).await?;
+            let outcome = match answers.elicitation("open_page") {
+                Some(Elicitation::Accepted(_)) => "opened",
+                Some(Elicitation::Declined) => "declined",
+                Some(Elicitation::Cancelled) => "cancelled",
+                Some(Elicitation::Unsupported) | None => "not asked",
+            };
+            Ok(CallToolResult::text(outcome))
+        },
+    ));
+
+    registry.add_tool(
+        Tool::without_arguments(
+            "nested_form",
+            "Fails with a bug: asks with a form nested in a form (key address), which no client may be sent",
+            |ctx| async move {
+                let nested = json!({"type": "object", "properties": {"address": {
+                    "type": "object", "properties": {"city": {"type": "string"}}}}});
+                let answer = ctx.elicit("address", "Where do you live?", nested).await?;
+                Ok(CallToolResult::text(format!("answered {answer:?}")))
+            },
+        )
+        .hidden(),
+    );
 
     registry.add_tool(
         Tool::without_arguments("panics", "Fails with a bug: it panics", |_| async {

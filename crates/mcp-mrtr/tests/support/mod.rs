@@ -41,7 +41,7 @@ pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// The tools `tools/list` shows, in registration order (hidden trigger tools are not listed).
-pub const LISTED_TOOLS: [&str; 10] = [
+pub const LISTED_TOOLS: [&str; 11] = [
     "simple_text",
     "greet",
     "three_questions",
@@ -52,4 +52,5 @@ pub const LISTED_TOOLS: [&str; 10] = [
     "needs_sampling",
     "ask_model",
     "regional",
+    "open_link",
 ];
