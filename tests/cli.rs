@@ -157,6 +157,34 @@ fn an_authorization_server_in_the_clear_is_refused() {
 }
 
 #[test]
+fn a_resource_url_in_the_clear_or_with_a_query_is_refused() {
+    for (resource, why) in [
+        ("http://movies.example.com/mcp", "must be an https URL"),
+        (
+            "https://movies.example.com/mcp?tenant=1",
+            "must not carry a query",
+        ),
+    ] {
+        // Checked before the authorization server is asked: this one is never reached.
+        let output = moviedb(&[
+            "--auth-issuer",
+            "https://auth.invalid",
+            "--resource-url",
+            resource,
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success(),
+            "{resource}: the server does not start"
+        );
+        assert!(
+            stderr.contains("--resource-url") && stderr.contains(why),
+            "{resource}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn the_development_secret_is_the_owners_alone_and_a_cut_short_one_is_refused() {
     let data_dir = std::env::temp_dir().join(format!(
         "moviedb-cli-secret-{}-{}",

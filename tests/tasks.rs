@@ -1048,13 +1048,20 @@ async fn a_listener_on_another_replica_hears_its_tasks_change_and_nobody_else_do
     let first = task_id(&summarize_as_task(&on_a).await);
 
     let on_b = replicas.session(2, "alice");
-    let (mut alices, ack) = follow_tasks(&on_b, &[&first]).await;
+    let (mut alices, ack) = follow_tasks(&on_b, &[&first, "no-such-task", &first]).await;
     assert_eq!(
         ack["params"]["notifications"]["taskIds"],
         json!([first]),
-        "the acknowledgement names the tasks followed: {ack}"
+        "the acknowledgement names the tasks followed, each once, and no unknown one: {ack}"
     );
-    let (mut mallorys, _) = follow_tasks(&replicas.session(2, "mallory"), &[&first]).await;
+    let (mut mallorys, mallorys_ack) =
+        follow_tasks(&replicas.session(2, "mallory"), &[&first]).await;
+    assert!(
+        mallorys_ack["params"]["notifications"]
+            .get("taskIds")
+            .is_none(),
+        "another user's task is not followed: {mallorys_ack}"
+    );
 
     let now = next_task_notification(&mut alices).await;
     assert_eq!(

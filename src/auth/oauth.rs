@@ -41,8 +41,7 @@ const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
 pub struct ResourceServer {
     issuer: String,
     resource: String,
-    /// The audiences a token may name: the resource URL as published, and with a final `/`
-    /// when it has no query (clients and authorization servers write it both ways).
+    /// The audiences a token may name (see [`Resource::parse`]).
     audiences: Vec<String>,
     metadata_url: String,
     metadata_paths: Vec<String>,
@@ -93,6 +92,63 @@ fn granted_scopes(scope: Option<ScopeClaim>, scp: Option<Value>) -> Vec<String> 
     }
 }
 
+/// This server as a protected resource: what `--resource-url` names, read once.
+#[derive(Debug, PartialEq)]
+struct Resource {
+    /// The URL in its normal form (scheme and host in lower case, no default port, no final
+    /// `/`), as the metadata publishes it and as clients, which normalize the URL they are
+    /// given, ask tokens for.
+    identifier: String,
+    /// The audiences a token may name: the identifier, and the URL as it was typed, each with and
+    /// without a final `/` (clients and authorization servers write it both ways).
+    audiences: Vec<String>,
+    /// Where the 401's challenge points: the metadata at the path-suffixed well-known URL.
+    metadata_url: String,
+    /// The paths the metadata is served at: the root well-known path, and the path-suffixed one
+    /// when the resource has a path.
+    metadata_paths: Vec<String>,
+}
+
+impl Resource {
+    /// Reads `--resource-url`: an https URL (http only on a loopback host, as for the
+    /// authorization server), with no query or fragment (RFC 8707's resource indicator, which
+    /// RFC 9728's metadata derives its location from).
+    fn parse(typed: &str) -> anyhow::Result<Self> {
+        let url = secure_url(typed, "--resource-url")?;
+        anyhow::ensure!(
+            url.query().is_none() && url.fragment().is_none(),
+            "--resource-url {typed:?} must not carry a query or a fragment"
+        );
+        // The metadata is public: a user name or password in it would be published.
+        anyhow::ensure!(
+            url.username().is_empty() && url.password().is_none(),
+            "--resource-url must not carry a user name or password"
+        );
+        let identifier = url.as_str().trim_end_matches('/').to_owned();
+        let typed = typed.trim_end_matches('/');
+        let mut audiences = vec![identifier.clone(), format!("{identifier}/")];
+        if typed != identifier {
+            audiences.extend([typed.to_owned(), format!("{typed}/")]);
+        }
+        let path = url.path().trim_end_matches('/');
+        let mut metadata_paths = vec![WELL_KNOWN.to_owned()];
+        if !path.is_empty() {
+            metadata_paths.push(format!("{WELL_KNOWN}{path}"));
+        }
+        let metadata_url = format!(
+            "{}{}",
+            url.origin().ascii_serialization(),
+            metadata_paths[metadata_paths.len() - 1]
+        );
+        Ok(Self {
+            identifier,
+            audiences,
+            metadata_url,
+            metadata_paths,
+        })
+    }
+}
+
 impl ResourceServer {
     /// Finds `issuer`'s metadata and keys, for tokens meant for `resource` (this server's
     /// canonical URL, the audience its tokens must name), accepting `leeway` of clock difference
@@ -104,20 +160,12 @@ impl ResourceServer {
         leeway: Duration,
         refresh: KeyRefresh,
     ) -> anyhow::Result<Self> {
-        let resource = resource.trim_end_matches('/').to_owned();
-        let resource_url = reqwest::Url::parse(&resource)
-            .with_context(|| format!("--resource-url {resource:?} is not an absolute URL"))?;
-        anyhow::ensure!(
-            matches!(resource_url.scheme(), "http" | "https") && resource_url.fragment().is_none(),
-            "--resource-url must be an http(s) URL without a fragment"
-        );
-        let origin = resource_url.origin().ascii_serialization();
-        let path = resource_url.path().trim_end_matches('/').to_owned();
-        let mut metadata_paths = vec![WELL_KNOWN.to_owned()];
-        if !path.is_empty() {
-            metadata_paths.push(format!("{WELL_KNOWN}{path}"));
-        }
-        let metadata_url = format!("{origin}{}", metadata_paths[metadata_paths.len() - 1]);
+        let Resource {
+            identifier: resource,
+            audiences,
+            metadata_url,
+            metadata_paths,
+        } = Resource::parse(resource)?;
         let http = reqwest::Client::builder()
             .timeout(FETCH_TIMEOUT)
             .redirect(same_origin_redirects())
@@ -132,10 +180,6 @@ impl ResourceServer {
             keys = keys.count(),
             "sign-in: access tokens of the authorization server, for this resource"
         );
-        let mut audiences = vec![resource.clone()];
-        if resource_url.query().is_none() {
-            audiences.push(format!("{resource}/"));
-        }
         Ok(Self {
             issuer,
             audiences,
@@ -382,6 +426,63 @@ fn same_origin_redirects() -> reqwest::redirect::Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_resource_url_is_published_in_its_normal_form_and_accepted_as_typed() {
+        let typed = Resource::parse("HTTPS://Movies.Example.com:443/mcp/").expect("a resource");
+        assert_eq!(typed.identifier, "https://movies.example.com/mcp");
+        assert_eq!(
+            typed.audiences,
+            [
+                "https://movies.example.com/mcp",
+                "https://movies.example.com/mcp/",
+                "HTTPS://Movies.Example.com:443/mcp",
+                "HTTPS://Movies.Example.com:443/mcp/",
+            ]
+        );
+        assert_eq!(
+            typed.metadata_url,
+            "https://movies.example.com/.well-known/oauth-protected-resource/mcp"
+        );
+        assert_eq!(
+            typed.metadata_paths,
+            [
+                "/.well-known/oauth-protected-resource",
+                "/.well-known/oauth-protected-resource/mcp"
+            ]
+        );
+
+        let root = Resource::parse("http://127.0.0.1:3000").expect("a resource on loopback");
+        assert_eq!(root.identifier, "http://127.0.0.1:3000");
+        assert_eq!(root.audiences.len(), 2, "typed as it is published");
+        assert_eq!(
+            root.metadata_paths,
+            ["/.well-known/oauth-protected-resource"]
+        );
+
+        for (refused, why) in [
+            ("http://movies.example.com/mcp", "must be an https URL"),
+            (
+                "https://movies.example.com/mcp?tenant=1",
+                "must not carry a query",
+            ),
+            (
+                "https://movies.example.com/mcp#top",
+                "must not carry a query or a fragment",
+            ),
+            ("/mcp", "is not an absolute URL"),
+            (
+                "https://ann:secret@movies.example.com/mcp",
+                "user name or password",
+            ),
+        ] {
+            let error = Resource::parse(refused).expect_err(refused).to_string();
+            assert!(
+                error.contains(why) && error.contains("--resource-url"),
+                "{refused}: {error}"
+            );
+        }
+    }
 
     fn scopes_of(claims: Value) -> Vec<String> {
         let mut claims = claims;

@@ -97,6 +97,10 @@ pub struct Settings {
     pub legacy_session_idle: Duration,
     /// 2025-11-25 sessions: how long a session lives at most, however busy.
     pub legacy_session_max: Duration,
+    /// Whether the server offers the Tasks extension (`io.modelcontextprotocol/tasks`; yes by
+    /// default). Without it no call becomes a task, discovery does not list the extension, and
+    /// the `tasks/*` methods do not exist (-32601).
+    pub offer_tasks: bool,
     /// Tasks (extension `io.modelcontextprotocol/tasks`): time-to-live, poll interval, lease.
     pub tasks: TaskSettings,
     /// How long clients may reuse discovery, lists and resource reads (`ttlMs`).
@@ -130,6 +134,7 @@ impl Default for Settings {
             legacy_request_timeout: Duration::from_secs(20),
             legacy_session_idle: Duration::from_secs(3600),
             legacy_session_max: Duration::from_secs(24 * 3600),
+            offer_tasks: true,
             tasks: TaskSettings::default(),
             cache: CachePolicy::default(),
         }
@@ -236,7 +241,7 @@ pub async fn router(
         info,
         events,
         settings.cache,
-        Some(TaskConfig {
+        settings.offer_tasks.then(|| TaskConfig {
             store: stores.tasks,
             settings: settings.tasks.clone(),
             drain: settings.drain.clone(),

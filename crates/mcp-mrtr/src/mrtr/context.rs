@@ -85,10 +85,13 @@ impl Unkept {
 /// Whether the rest of a call may continue as a task (the Tasks extension).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskMode {
-    /// No task can be created: the client did not declare the extension, the server keeps no
-    /// tasks, the request came in a 2025-11-25 session, or the handler is not a tool's (tasks
-    /// carry `tools/call` results only).
+    /// No task can be created, whatever the client declares: the server keeps no tasks, the
+    /// request came in a 2025-11-25 session, or the handler is not a tool's (tasks carry
+    /// `tools/call` results only).
     Unavailable,
+    /// A task could be created for this call, but the client did not declare the extension on
+    /// this request.
+    Undeclared,
     /// The client accepts a task in answer to this request.
     Available,
     /// The client accepts tasks, but none can be kept for this call, for the reason given: it
@@ -190,23 +193,30 @@ impl RequestContext {
     pub fn continue_as_task(&self) -> Result<(), HandlerError> {
         match self.inner.tasks {
             TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new(false))),
-            TaskMode::Running | TaskMode::Unavailable | TaskMode::Unkept(_) => Ok(()),
+            TaskMode::Running
+            | TaskMode::Unavailable
+            | TaskMode::Undeclared
+            | TaskMode::Unkept(_) => Ok(()),
         }
     }
 
     /// Like [`continue_as_task`](Self::continue_as_task) for work that can only run as a task:
-    /// a client that cannot take one gets -32021 naming the Tasks extension, and so does every
-    /// client when the handler is a prompt's or a resource's (see [`TaskMode::Unavailable`]);
-    /// when no task can be kept for the call, -32603 says why: with HTTP 503 and `Retry-After`
-    /// when there is no room now (HTTP 429 when the caller holds its share of tasks), HTTP 500
-    /// when the call is too large to keep as a task.
+    /// a client that did not declare the Tasks extension gets -32021 naming it; when no task can
+    /// be kept for the call, -32603 says why: with HTTP 503 and `Retry-After` when there is no
+    /// room now (HTTP 429 when the caller holds its share of tasks), HTTP 500 when the call is
+    /// too large to keep as a task, or when no task can be created for it whatever the client
+    /// declares (see [`TaskMode::Unavailable`]: declaring would not help, so no capability is
+    /// named).
     pub fn require_task(&self) -> Result<(), HandlerError> {
         match self.inner.tasks {
             TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new(true))),
             TaskMode::Running => Ok(()),
-            TaskMode::Unavailable => Err(HandlerError::Protocol(
-                ProtocolError::missing_capability(json!({ "extensions": { TASKS_EXTENSION: {} } })),
-            )),
+            TaskMode::Undeclared => Err(HandlerError::Protocol(ProtocolError::missing_capability(
+                json!({ "extensions": { TASKS_EXTENSION: {} } }),
+            ))),
+            TaskMode::Unavailable => Err(HandlerError::Protocol(ProtocolError::internal(
+                "This call can only run as a task, and no task can be created for it here",
+            ))),
             TaskMode::Unkept(why) => {
                 self.inner.wanted_a_task.store(true, Ordering::Relaxed);
                 Err(HandlerError::Protocol(why.refusal()))

@@ -69,9 +69,11 @@ pub struct Call<'a> {
     /// Set when a live peer answers questions during the call (a 2025-11-25 session): then there
     /// are no rounds and no `requestState`.
     pub live_asker: Option<Arc<dyn Asker>>,
-    /// Whether the handler may continue as a task: the server keeps tasks and the client
-    /// declared the Tasks extension on this request.
-    pub tasks: bool,
+    /// Whether the handler may continue as a task: [`TaskMode::Available`] when the server
+    /// keeps tasks for this call and the client declared the Tasks extension on this request,
+    /// [`TaskMode::Undeclared`] when only the declaration is missing, otherwise
+    /// [`TaskMode::Unavailable`] (the other modes are the engine's own).
+    pub tasks: TaskMode,
 }
 
 /// How a round ended.
@@ -266,11 +268,7 @@ impl Engine {
                 ));
             }
         }
-        let tasks = if call.tasks {
-            TaskMode::Available
-        } else {
-            TaskMode::Unavailable
-        };
+        let tasks = call.tasks;
         let start = RoundStart {
             round,
             memo,
@@ -709,7 +707,7 @@ pub(crate) mod test_calls {
             },
             notifier: None,
             live_asker: None,
-            tasks: false,
+            tasks: TaskMode::Unavailable,
         }
     }
 }
@@ -798,7 +796,7 @@ mod tests {
             ),
         ]);
         let taking_tasks = Call {
-            tasks: true,
+            tasks: TaskMode::Available,
             ..call(&arguments, &retry)
         };
         let Ok(Outcome::Task(again)) = engine.run(taking_tasks, handler).await else {
@@ -925,7 +923,7 @@ mod tests {
             ])
         };
         let taking_tasks = |params| Call {
-            tasks: true,
+            tasks: TaskMode::Available,
             ..call(&arguments, params)
         };
         let first_round = |plan| {

@@ -18,7 +18,7 @@ use reply::{decorate, finish};
 
 use crate::auth::Principal;
 use crate::drain::Drain;
-use crate::mrtr::{Asker, Call, Engine, Notifier, Outcome};
+use crate::mrtr::{Asker, Call, Engine, Notifier, Outcome, TaskMode};
 use crate::observe;
 use crate::protocol::error::excerpt;
 use crate::protocol::input::parse_input_responses;
@@ -390,8 +390,13 @@ impl Server {
         };
         // Kept for a call that goes on in its request when no task can be kept for it.
         let notifier = tasks.and_then(|_| env.notifier.clone());
+        let offered = self.tasks.is_some() && matches!(env.era, Era::Modern);
         let mut call = engine_call(Method::ToolsCall, name, arguments, params, env);
-        call.tasks = tasks.is_some();
+        call.tasks = match (tasks, offered) {
+            (Some(_), _) => TaskMode::Available,
+            (None, true) => TaskMode::Undeclared,
+            (None, false) => TaskMode::Unavailable,
+        };
         let outcome = self
             .engine
             .run(call, |ctx| tool.call(ctx, arguments.clone()))
@@ -418,7 +423,7 @@ impl Server {
             meta: seed.meta.clone(),
             notifier,
             live_asker: None,
-            tasks: false,
+            tasks: TaskMode::Unavailable,
         };
         let outcome = self
             .engine
@@ -569,7 +574,7 @@ fn engine_call<'a>(
             Era::Legacy(asker) => Some(asker),
             Era::Modern => None,
         },
-        tasks: false,
+        tasks: TaskMode::Unavailable,
     }
 }
 

@@ -235,6 +235,7 @@ impl Tasks {
             answers: seed.answers.clone(),
             memo: seed.memo.clone(),
             asked: Vec::new(),
+            answered: Vec::new(),
             result: None,
             error: None,
             lease: Some(self.lease_from(now)),
@@ -372,6 +373,7 @@ impl Tasks {
                     }
                     task.asked.remove(at);
                     task.answers.insert(key.clone(), answer.clone());
+                    task.answered.push(key.clone());
                     took = true;
                 }
                 if !took {
@@ -662,7 +664,7 @@ mod tests {
 
     use super::*;
     use crate::mrtr::engine::test_calls;
-    use crate::mrtr::{Call, Engine, Outcome, StateSealer};
+    use crate::mrtr::{Call, Engine, Outcome, StateSealer, TaskMode};
     use crate::protocol::ClientCapabilities;
     use crate::protocol::content::CallToolResult;
     use crate::registry::Tool;
@@ -682,7 +684,7 @@ mod tests {
             ..ClientCapabilities::default()
         };
         let call = Call {
-            tasks: true,
+            tasks: TaskMode::Available,
             ..test_calls::anonymous(tool, &arguments, &params, taking_tasks)
         };
         let asked = engine.run(call, |ctx| async move { ctx.continue_as_task() });
@@ -983,6 +985,51 @@ mod tests {
             .expect("taken");
         let done = settled(&tasks, &asking, "completed").await;
         assert_eq!(done["result"]["content"][0]["text"], "confirmed", "{done}");
+    }
+
+    #[tokio::test]
+    async fn a_key_the_task_asked_and_had_answered_is_never_asked_again() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        let mut registry = Registry::new();
+        registry.add_tool(Tool::without_arguments(
+            "changes_its_mind",
+            "Asks one question, then asks another under the same key",
+            move |ctx| {
+                let run = counted.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    ctx.continue_as_task()?;
+                    let sizes = if run == 0 { ["S", "M"] } else { ["L", "XL"] };
+                    let form = json!({"type": "object", "properties": {
+                        "size": {"type": "string", "enum": sizes}}});
+                    let answer = ctx.elicit("size", "Which size?", form).await?;
+                    Ok(CallToolResult::text(format!("{answer:?}")))
+                }
+            },
+        ));
+        let tasks = one_at_a_time(registry);
+        let id = create(&tasks, "changes_its_mind").await.expect("kept");
+        settled(&tasks, &id, "input_required").await;
+        let small = Map::from_iter([(
+            "size".to_owned(),
+            json!({"action": "accept", "content": {"size": "S"}}),
+        )]);
+        tasks
+            .update(&Principal::Anonymous, &id, small)
+            .await
+            .expect("S answers the question asked");
+        // The second run asks L or XL under "size": the key was used, so the task fails, and
+        // not as the client's mistake.
+        let failed = settled(&tasks, &id, "failed").await;
+        assert_eq!(failed["error"]["code"], -32603, "{failed}");
+        assert!(
+            failed["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("\"size\"") && m.contains("already answered")),
+            "{failed}"
+        );
+        assert!(failed.get("inputRequests").is_none(), "{failed}");
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "not run a third time");
     }
 
     #[tokio::test]

@@ -90,6 +90,12 @@ pub struct TaskRecord {
     /// Questions waiting for an answer, by key, as sent in `inputRequests`. A key answered once
     /// is never asked again: the tool finds its answer in `answers` on every later run.
     pub asked: Vec<(String, Value)>,
+    /// The keys of the task's own questions the client has answered (through `tasks/update`):
+    /// the extension lets a task use a key for one question only, so an answer under one of
+    /// them that a later run refuses (the tool asked something else under it) fails the task
+    /// instead of asking again. Absent from records written before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answered: Vec<String>,
     /// The handler's result, once completed.
     pub result: Option<Value>,
     /// The JSON-RPC error, once failed.

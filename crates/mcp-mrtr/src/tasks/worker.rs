@@ -185,7 +185,10 @@ impl Tasks {
     /// Runs the task's tool from its answers and remembered work. An answer the task was
     /// created with that does not answer its question (the call's last request brought it, and
     /// the tool had not read it before its task point) is dropped, and the tool runs again to
-    /// ask that question as the task's: every answer given since was checked as it came.
+    /// ask that question as the task's (its keys are the task's own, apart from the call's).
+    /// An answer to one of the task's own questions was checked as it came; refused now (the
+    /// tool asked something else under its key), it fails the task with -32603: a key the client
+    /// answered is never asked again, and the client answered what it was asked.
     async fn run(&self, record: &TaskRecord) -> Ending {
         let Some(tool) = self.shared.registry.tool(&record.tool) else {
             return Ending::Failed(ProtocolError::invalid_params(format!(
@@ -211,6 +214,17 @@ impl Tasks {
             let call = tool.call(context.clone(), record.arguments.clone());
             let ran = AssertUnwindSafe(call).catch_unwind().await;
             let round = rounds.take();
+            if let Some(RefusedAnswer { key, .. }) = &round.refused
+                && record.answered.contains(key)
+            {
+                // Even when the tool went on past the refusal: its next question would be this
+                // key's again, or one without the answer the client gave.
+                return Ending::Failed(ProtocolError::internal(format!(
+                    "The tool {} asked again under key {key:?}, which the client already \
+                     answered, something its answer does not fit: a task asks each key once",
+                    record.tool
+                )));
+            }
             if let (
                 Ok(Err(_)),
                 Some(RefusedAnswer {

@@ -12,6 +12,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, Response, StatusCode};
 use axum::response::IntoResponse as _;
 use bytes::Bytes;
+use futures::StreamExt as _;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::mpsc;
@@ -22,6 +23,7 @@ use super::headers::{MCP_PROTOCOL_VERSION, check_method, check_name, check_param
 use super::respond::{Accept, WireError, accepted, streamed};
 use super::{Endpoint, owner_of, sse};
 use crate::auth::{Caller, Principal};
+use crate::protocol::error::INVALID_PARAMS;
 use crate::protocol::jsonrpc::success_bytes;
 use crate::protocol::meta::requested_version;
 use crate::protocol::version::TASKS_EXTENSION;
@@ -209,18 +211,24 @@ async fn serve(
         }
         let registry = server.registry();
         let subscription = Subscription::from_params(id.clone(), &params)?;
-        if !subscription.task_ids.is_empty() && !meta.capabilities.tasks {
+        // Only a server that keeps tasks can say the client lacks the extension; one that keeps
+        // none drops `taskIds` below, as it drops any other notice it never sends.
+        if !subscription.task_ids.is_empty() && server.tasks().is_some() && !meta.capabilities.tasks
+        {
             return Err(ProtocolError::missing_capability(
                 json!({ "extensions": { TASKS_EXTENSION: {} } }),
             )
             .into());
         }
-        let subscription = subscription.limited_to(
+        let mut subscription = subscription.limited_to(
             registry.has_tools(),
             registry.has_prompts(),
             registry.has_resources(),
             server.tasks().is_some(),
         );
+        if let Some(tasks) = server.tasks() {
+            subscription.task_ids = followable(tasks, &principal, subscription.task_ids).await?;
+        }
         return Ok(listen(
             endpoint,
             subscription,
@@ -367,6 +375,38 @@ impl Followed<'_> {
             .send(sse::frame(&self.subscription.task_notification(task)))
             .await
     }
+}
+
+/// Most task reads a listen makes at once to see which of its tasks it can follow.
+const TASK_READS_AT_ONCE: usize = 8;
+
+/// The tasks of `wanted` a listen stream will follow: each one once, and only those the caller
+/// can see (another's task, an expired or unknown one, is left out of the acknowledgement, which
+/// names only the tasks the server agreed to report on). A store that cannot answer fails the
+/// listen rather than leave a task out. Read a few at a time, in the order asked.
+async fn followable(
+    tasks: &Tasks,
+    principal: &Principal,
+    wanted: Vec<String>,
+) -> Result<Vec<String>, ProtocolError> {
+    let mut unique: Vec<String> = Vec::with_capacity(wanted.len());
+    for id in wanted {
+        if !unique.contains(&id) {
+            unique.push(id);
+        }
+    }
+    let seen: Vec<Result<Option<String>, ProtocolError>> = futures::stream::iter(unique)
+        .map(|id| async move {
+            match tasks.get(principal, &id).await {
+                Ok(_) => Ok(Some(id)),
+                Err(unknown) if unknown.code == INVALID_PARAMS => Ok(None),
+                Err(failed) => Err(failed),
+            }
+        })
+        .buffered(TASK_READS_AT_ONCE)
+        .collect()
+        .await;
+    seen.into_iter().filter_map(Result::transpose).collect()
 }
 
 /// Opens a `subscriptions/listen` stream, when its owner and the server have room for one more:

@@ -25,7 +25,7 @@ mod validation;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Reply, accept};
+use support::{Reply, ServerOptions, TestServer, accept};
 
 /// Long enough for anything that should arrive; only a broken server ever waits this long.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -75,4 +75,19 @@ async fn greet_round_one(client: &support::Client, arguments: Value) -> String {
 
 fn alice() -> Value {
     json!({"user_name": accept(json!({"name": "Alice"}))})
+}
+
+/// A server that offers no tasks, and the capabilities of a client without the Tasks extension
+/// and of one with it: on such a server, declaring it must change nothing.
+async fn keeping_no_tasks() -> (TestServer, [Value; 2]) {
+    let server = TestServer::start_with(ServerOptions {
+        offer_tasks: false,
+        ..ServerOptions::default()
+    })
+    .await;
+    let capabilities = [
+        json!({}),
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+    ];
+    (server, capabilities)
 }

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::alice;
+use super::{alice, keeping_no_tasks};
 use crate::support::{TestServer, accept};
 
 #[tokio::test]
@@ -189,5 +189,42 @@ async fn a_question_no_client_may_be_sent_fails_the_call_and_asks_nothing() {
         !reply.error_message().contains("address"),
         "a handler's bug is logged, not told: {}",
         reply.error_message()
+    );
+}
+
+#[tokio::test]
+async fn work_that_needs_a_task_on_a_server_that_keeps_none_is_not_blamed_on_the_client() {
+    let (server, capabilities) = keeping_no_tasks().await;
+    let client = server.client();
+    for capabilities in capabilities {
+        let reply = client
+            .request("tools/call")
+            .params(json!({"name": "only_as_a_task", "arguments": {}}))
+            .capabilities(capabilities.clone())
+            .send()
+            .await;
+        assert_eq!(
+            reply.error_code(),
+            -32603,
+            "declaring the extension would not help ({capabilities}): {}",
+            reply.response()
+        );
+        assert!(
+            reply.error().get("data").is_none(),
+            "no capability is named: {}",
+            reply.response()
+        );
+    }
+
+    // Where tasks are kept, the client that did not declare the extension is told to.
+    let offering = TestServer::start().await;
+    let undeclared = offering
+        .client()
+        .call_tool("only_as_a_task", json!({}))
+        .await;
+    assert_eq!(undeclared.error_code(), -32021, "{}", undeclared.response());
+    assert_eq!(
+        undeclared.error()["data"]["requiredCapabilities"],
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
     );
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::PATIENCE;
+use super::{PATIENCE, keeping_no_tasks};
 use crate::support::fixtures::FLOOD_HALF;
 use crate::support::{META_SUBSCRIPTION_ID, TestServer};
 
@@ -146,4 +146,25 @@ async fn a_listen_request_that_cannot_take_an_event_stream_gets_406() {
         "{}",
         refused.error_message()
     );
+}
+
+#[tokio::test]
+async fn a_server_that_keeps_no_tasks_drops_task_ids_from_a_listen_instead_of_refusing_it() {
+    let (server, capabilities) = keeping_no_tasks().await;
+    let client = server.client();
+    for capabilities in capabilities {
+        let mut stream = client
+            .request("subscriptions/listen")
+            .params(json!({"notifications": {"toolsListChanged": true, "taskIds": ["t-1"]}}))
+            .capabilities(capabilities.clone())
+            .open_stream()
+            .await;
+        assert_eq!(stream.status.as_u16(), 200, "with {capabilities}");
+        let ack = stream.expect_message(PATIENCE).await;
+        assert_eq!(
+            ack["params"]["notifications"],
+            json!({"toolsListChanged": true}),
+            "no task is followed here, whatever the client declares ({capabilities})"
+        );
+    }
 }

@@ -253,6 +253,18 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
     );
 
     registry.add_tool(
+        Tool::without_arguments(
+            "only_as_a_task",
+            "Work that can only run as a task (the test server keeps none)",
+            |ctx| async move {
+                ctx.require_task()?;
+                Ok(CallToolResult::text("ran as a task"))
+            },
+        )
+        .hidden(),
+    );
+
+    registry.add_tool(
         Tool::without_arguments("panics", "Fails with a bug: it panics", |_| async {
             panic!("a bug in a tool");
         })

@@ -63,6 +63,8 @@ pub struct ServerOptions {
     pub cache: CachePolicy,
     /// What `/readyz` checks.
     pub readiness: Readiness,
+    /// Whether the server offers the Tasks extension.
+    pub offer_tasks: bool,
 }
 
 impl Default for ServerOptions {
@@ -78,6 +80,7 @@ impl Default for ServerOptions {
             max_concurrent_requests: 512,
             cache: CachePolicy::default(),
             readiness: Readiness::default(),
+            offer_tasks: true,
         }
     }
 }
@@ -149,6 +152,7 @@ impl TestServer {
             legacy_session_max: Duration::from_secs(24 * 3600),
             cache: options.cache,
             readiness: options.readiness,
+            offer_tasks: options.offer_tasks,
             ..Settings::default()
         };
         let info = ServerInfo {
