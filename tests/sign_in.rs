@@ -242,6 +242,16 @@ async fn the_sdk_client_finds_the_authorization_server_signs_in_and_converses() 
             "scope=\"movies:read\"",
         ],
     );
+    // Credentials of another scheme are no bearer token: the same challenge, no error code.
+    let basic = server
+        .anonymous()
+        .request("tools/list")
+        .header("Authorization", "Basic YW5uOnNlY3JldA==")
+        .send()
+        .await;
+    assert_challenge(&basic, 401, &[&format!("resource_metadata=\"{metadata}\"")]);
+    let challenge = basic.header("www-authenticate").unwrap_or_default();
+    assert!(!challenge.contains("error="), "{challenge}");
     for url in [metadata.clone(), metadata.replace("/mcp", "")] {
         let document: Value = reqwest::get(&url)
             .await

@@ -124,6 +124,17 @@ fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, AuthError> {
     Ok(Some(token))
 }
 
+/// Whether `Authorization` carries credentials of a scheme other than Bearer (`Basic …`): to a
+/// resource server that is no bearer token at all, answered without an error code (RFC 6750,
+/// section 3).
+fn names_another_scheme(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(' ').next())
+        .is_some_and(|scheme| !scheme.is_empty() && !scheme.eq_ignore_ascii_case("bearer"))
+}
+
 /// Signs a token for `user`, valid for `ttl`.
 pub fn mint_token(secret: &[u8], user: &str, ttl: std::time::Duration) -> anyhow::Result<String> {
     let now = chrono::Utc::now().timestamp();

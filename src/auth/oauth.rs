@@ -29,7 +29,10 @@ use serde_json::{Value, json};
 use tower_http::cors::{Any, CorsLayer};
 
 use super::keys::{KeyRefresh, KeySource, fetch_json};
-use super::{AuthError, Authenticator, Caller, Principal, READ_SCOPE, WRITE_SCOPE, bearer_token};
+use super::{
+    AuthError, Authenticator, Caller, Principal, READ_SCOPE, WRITE_SCOPE, bearer_token,
+    names_another_scheme,
+};
 
 /// The longest a fetch from the authorization server may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -254,6 +257,9 @@ impl Authenticator for ResourceServer {
             Ok(None) => {
                 return Err(AuthError::new("this server needs a bearer access token")
                     .with_challenge(self.challenge(None)));
+            }
+            Err(e) if names_another_scheme(headers) => {
+                return Err(AuthError::new(e.reason).with_challenge(self.challenge(None)));
             }
             Err(e) => return Err(self.refuse(&e.reason)),
         };
