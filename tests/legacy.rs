@@ -229,12 +229,57 @@ async fn declined_refused_cancelled_and_unanswered_elicitations_take_the_fallbac
     assert_eq!(text_of(&refused.response().await), "Hello, anonymous!");
 
     let mut unanswered = client.start_call("greet", json!({})).await;
-    unanswered.next_server_request().await;
+    let request = unanswered.next_server_request().await;
+    // The server stops waiting after 1 s and says so, so the client can take the form down.
+    let cancelled = unanswered.next_message().await;
+    assert_eq!(
+        cancelled["method"], "notifications/cancelled",
+        "{cancelled}"
+    );
+    assert_eq!(
+        cancelled["params"]["requestId"], request["id"],
+        "{cancelled}"
+    );
     assert_eq!(
         text_of(&unanswered.response().await),
         "Hello, anonymous!",
         "after the 1 s timeout"
     );
+}
+
+/// A client's `notifications/cancelled` stops the call it names: its stream ends without a
+/// response. Another session cannot cancel it.
+#[tokio::test]
+async fn a_cancelled_call_stops_without_a_response() {
+    let server = TestServer::start().await;
+    let client = session(&server, elicitation()).await;
+    let stranger = session(&server, elicitation()).await;
+    let mut call = client.start_call("greet", json!({})).await;
+    call.next_server_request().await;
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": call.id, "reason": "the user gave up"}});
+    let elsewhere = stranger
+        .send_raw("notifications/cancelled", &cancel, false)
+        .await;
+    assert_eq!(elsewhere.status, 202);
+    let not_yet = tokio::time::timeout(std::time::Duration::from_millis(300), call.rest()).await;
+    assert!(
+        not_yet.is_err(),
+        "another session's cancellation is ignored"
+    );
+
+    let cancelled = client
+        .send_raw("notifications/cancelled", &cancel, false)
+        .await;
+    assert_eq!(cancelled.status, 202);
+    let rest = call.rest().await;
+    assert!(
+        rest.iter()
+            .all(|message| message.get("id") != Some(&call.id)),
+        "no response after the cancellation: {rest:?}"
+    );
+    let still = client.request("tools/list", json!({})).await;
+    assert_eq!(still.status, 200, "the session goes on");
 }
 
 #[tokio::test]
@@ -408,6 +453,116 @@ async fn sessions_are_checked_and_end_with_delete() {
     assert_eq!(client.delete_session().await, 404);
 }
 
+/// Within a session, an `MCP-Protocol-Version` naming a revision the server does not serve gets
+/// 400 on POST, GET and DELETE (both revisions require it), and the session goes on; a modern
+/// version in that header makes the request a modern one, whatever session id comes with it.
+#[tokio::test]
+async fn a_session_request_naming_a_revision_not_served_gets_400() {
+    let server = TestServer::start().await;
+    let legacy = session(&server, json!({})).await;
+    let session_id = legacy.session_id.clone().expect("a session");
+    let http = reqwest::Client::new();
+    let with_version = |method: reqwest::Method, version: &str| {
+        http.request(method, server.url())
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header(SESSION_HEADER, &session_id)
+            .header("MCP-Protocol-Version", version)
+    };
+    let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"}).to_string();
+    let posted = with_version(reqwest::Method::POST, "1999-01-01")
+        .body(ping.clone())
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(posted.status().as_u16(), 400);
+    let refusal: Value = posted.json().await.expect("a JSON-RPC error");
+    assert_eq!(refusal["error"]["code"], -32022, "{refusal}");
+    assert_eq!(refusal["id"], 9, "{refusal}");
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let refused = with_version(method.clone(), "nonsense")
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(refused.status().as_u16(), 400, "{method}");
+    }
+    let still = legacy.request("tools/list", json!({})).await;
+    assert_eq!(
+        still.status, 200,
+        "the session goes on: {:?}",
+        still.messages
+    );
+    let served = with_version(reqwest::Method::POST, "2025-11-25")
+        .body(ping)
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(served.status().as_u16(), 200, "the session's own revision");
+
+    // A modern request with a malformed `_meta` is refused as one (400, -32602), not sent to
+    // the session it names (which is gone: 404 would tell the client to start a new one).
+    let modern = json!({"jsonrpc": "2.0", "id": 10, "method": "tools/list", "params": {
+        "_meta": {"io.modelcontextprotocol/clientCapabilities": {}}}});
+    let stale = http
+        .post(server.url())
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header(SESSION_HEADER, "no-such-session")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/list")
+        .body(modern.to_string())
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(stale.status().as_u16(), 400);
+    let refusal: Value = stale.json().await.expect("a JSON-RPC error");
+    assert_eq!(refusal["error"]["code"], -32602, "{refusal}");
+}
+
+/// A session's errors travel with HTTP 200 whether the client takes a stream or not: a 404
+/// would tell its client that the session is gone, a 400 that the transport failed.
+#[tokio::test]
+async fn a_session_error_comes_with_200_on_a_stream_as_in_plain_json() {
+    let server = TestServer::start().await;
+    let legacy = session(&server, json!({})).await;
+    for accept_sse in [true, false] {
+        let call = json!({"jsonrpc": "2.0", "id": 31, "method": "tools/call",
+                          "params": {"name": "noSuchTool", "arguments": {}}});
+        let reply = legacy.send_raw("tools/call", &call, accept_sse).await;
+        assert_eq!(reply.status, 200, "SSE accepted: {accept_sse}");
+        assert_eq!(
+            reply.error_code(),
+            Some(-32602),
+            "SSE accepted: {accept_sse}: {:?}",
+            reply.messages
+        );
+    }
+}
+
+/// An unknown resource is -32002 in a session, as 2025-11-25 names it (2026-07-28 says -32602),
+/// with the URI in its data.
+#[tokio::test]
+async fn an_unknown_resource_is_minus_32002_in_a_session() {
+    let server = TestServer::start().await;
+    let legacy = session(&server, json!({})).await;
+    let reply = legacy
+        .request("resources/read", json!({"uri": "test://no-such-item"}))
+        .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.error_code(), Some(-32002), "{:?}", reply.messages);
+    assert_eq!(
+        reply.messages[0]["error"]["data"]["uri"],
+        "test://no-such-item"
+    );
+    let modern = server
+        .client()
+        .request("resources/read")
+        .params(json!({"uri": "test://no-such-item"}))
+        .send()
+        .await;
+    assert_eq!(modern.error_code(), -32602, "{}", modern.body_text());
+}
+
 /// The id of a 2025-11-25 session that `user` (the test authenticator's `X-Test-User`) opens.
 async fn session_of(http: &reqwest::Client, server: &TestServer, user: &str) -> String {
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -446,6 +601,41 @@ async fn a_session_belongs_to_the_user_who_opened_it() {
     assert_eq!(list("bob").await.expect("bob").status(), 403);
 }
 
+type TextStream = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<String>> + Send>>;
+
+/// The body of a GET stream, as text.
+fn text_of_stream(stream: reqwest::Response) -> TextStream {
+    Box::pin(futures::StreamExt::map(stream.bytes_stream(), |chunk| {
+        chunk.map(|b| String::from_utf8_lossy(&b).into_owned())
+    }))
+}
+
+/// Has the fixture server announce that its tool list changed.
+async fn change_the_tools(client: &LegacyClient) {
+    client
+        .request(
+            "tools/call",
+            json!({"name": "trigger_tools_changed", "arguments": {}}),
+        )
+        .await;
+}
+
+/// Reads `body` until it carries the tool list's change (10 s at most).
+async fn hear_the_tools_change(body: &mut TextStream) {
+    let mut seen = String::new();
+    while !seen.contains("notifications/tools/list_changed") {
+        let chunk = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            futures::StreamExt::next(body),
+        )
+        .await
+        .expect("a notification arrives")
+        .expect("the stream stays open")
+        .expect("bytes");
+        seen.push_str(&chunk);
+    }
+}
+
 #[tokio::test]
 async fn the_get_stream_delivers_list_changes() {
     let server = TestServer::start().await;
@@ -467,28 +657,10 @@ async fn the_get_stream_delivers_list_changes() {
             .unwrap_or_default()
             .starts_with("text/event-stream")
     );
-    let mut body = Box::pin(futures::StreamExt::map(stream.bytes_stream(), |chunk| {
-        chunk.map(|b| String::from_utf8_lossy(&b).into_owned())
-    }));
+    let mut body = text_of_stream(stream);
     // The stream is subscribed to changes before its response headers are sent.
-    client
-        .request(
-            "tools/call",
-            json!({"name": "trigger_tools_changed", "arguments": {}}),
-        )
-        .await;
-    let mut seen = String::new();
-    while !seen.contains("notifications/tools/list_changed") {
-        let chunk = tokio::time::timeout(
-            std::time::Duration::from_secs(10),
-            futures::StreamExt::next(&mut body),
-        )
-        .await
-        .expect("a notification arrives")
-        .expect("the stream stays open")
-        .expect("bytes");
-        seen.push_str(&chunk);
-    }
+    change_the_tools(&client).await;
+    hear_the_tools_change(&mut body).await;
     let without_session = reqwest::Client::new()
         .get(server.url())
         .header("Accept", "text/event-stream")
@@ -498,17 +670,71 @@ async fn the_get_stream_delivers_list_changes() {
     assert_eq!(without_session.status(), 400);
 }
 
+/// Each notice goes on one stream only: a session's second GET takes its notices over and the
+/// first ends; and a session that ends (DELETE) ends its stream.
+#[tokio::test]
+async fn a_sessions_notices_go_to_its_latest_stream_only_and_end_with_it() {
+    let server = TestServer::start().await;
+    let client = session(&server, json!({})).await;
+    let session_id = client.session_id.clone().expect("session");
+    let open = || {
+        reqwest::Client::new()
+            .get(server.url())
+            .header("Accept", "text/event-stream")
+            .header(SESSION_HEADER, &session_id)
+            .send()
+    };
+    let first = open().await.expect("GET");
+    let second = open().await.expect("GET");
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 200)
+    );
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), first.text()).await;
+    let ended = ended.expect("the first stream ends once the second opens");
+    assert!(
+        !ended.unwrap_or_default().contains("list_changed"),
+        "it carried no notice"
+    );
+
+    let mut body = text_of_stream(second);
+    change_the_tools(&client).await;
+    hear_the_tools_change(&mut body).await;
+
+    assert_eq!(client.delete_session().await, 200);
+    // The next notice finds the session gone, and the stream ends instead of carrying it.
+    change_the_tools(&session(&server, json!({})).await).await;
+    let rest = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        let mut rest = String::new();
+        while let Some(chunk) = futures::StreamExt::next(&mut body).await {
+            rest.push_str(&chunk.unwrap_or_default());
+        }
+        rest
+    })
+    .await
+    .expect("the stream of an ended session ends");
+    assert!(
+        !rest.contains("list_changed"),
+        "an ended session hears nothing more: {rest}"
+    );
+}
+
 #[tokio::test]
 async fn the_get_stream_ends_when_the_credentials_that_opened_it_expire() {
     let server = TestServer::start().await;
     let http = reqwest::Client::new();
-    let session = session_of(&http, &server, "alice").await;
+    // Two sessions: a session's second stream would end its first.
+    let sessions = [
+        session_of(&http, &server, "alice").await,
+        session_of(&http, &server, "alice").await,
+    ];
     let get = |valid_for_ms: Option<&'static str>| {
+        let session = &sessions[usize::from(valid_for_ms.is_none())];
         let mut request = http
             .get(server.url())
             .header("Accept", "text/event-stream")
             .header("MCP-Protocol-Version", "2025-11-25")
-            .header(SESSION_HEADER, &session)
+            .header(SESSION_HEADER, session)
             .header("X-Test-User", "alice");
         if let Some(ms) = valid_for_ms {
             request = request.header("X-Test-Valid-For-Ms", ms);
@@ -579,6 +805,27 @@ mod movies {
             "tool error: {response}"
         );
         &response["result"]["structuredContent"]
+    }
+
+    /// The movie server offers no resources, so a session cannot subscribe to any.
+    #[tokio::test]
+    async fn a_session_cannot_subscribe_where_no_resources_are_offered() {
+        let mut replicas = Replicas::start_with(1, SharedSettings::new(shared_redis_url())).await;
+        let client = legacy_session(&mut replicas, 1, "ada", json!({})).await;
+        for method in [
+            "resources/subscribe",
+            "resources/unsubscribe",
+            "resources/list",
+        ] {
+            let reply = client.request(method, json!({"uri": "movie://1"})).await;
+            assert_eq!(reply.status, 200, "{method}");
+            assert_eq!(
+                reply.error_code(),
+                Some(-32601),
+                "{method}: {:?}",
+                reply.messages
+            );
+        }
     }
 
     /// The status each answer to the watch-list question leads to, read back from the database.

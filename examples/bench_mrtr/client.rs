@@ -62,6 +62,11 @@ impl Connection {
         })
     }
 
+    /// Whether the server has closed the connection (seen once it has been read).
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+
     /// POSTs one `tools/call` to `/mcp` and returns the body of its 200 answer.
     async fn call(
         &mut self,

@@ -87,6 +87,15 @@ impl Target {
                     first_error: None,
                 };
                 while until.next() {
+                    // A server closes connections left idle while the others had their turns
+                    // (longer than its idle timeout with long --seconds): open a new one.
+                    if outcome
+                        .connection
+                        .as_ref()
+                        .is_some_and(Connection::is_closed)
+                    {
+                        outcome.connection = None;
+                    }
                     let connection = match outcome.connection.as_mut() {
                         Some(connection) => connection,
                         None => match Connection::open(addr).await {

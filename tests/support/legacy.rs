@@ -273,6 +273,7 @@ impl LegacyClient {
             .unwrap_or_default()
             .to_owned();
         LegacyCall {
+            id: json!(id),
             status,
             content_type,
             body: Box::pin(response.bytes_stream()),
@@ -338,6 +339,8 @@ type ByteStream =
 
 /// A tool call in progress on a legacy session.
 pub struct LegacyCall {
+    /// The call's JSON-RPC id.
+    pub id: Value,
     pub status: u16,
     pub content_type: String,
     body: ByteStream,
@@ -384,6 +387,20 @@ impl LegacyCall {
                 None => self.buffer.push_str("\n\n"),
             }
         }
+    }
+
+    /// Every message still to come on the call's stream, once the server ends it (bounded wait).
+    pub async fn rest(&mut self) -> Vec<Value> {
+        let mut text = std::mem::take(&mut self.buffer);
+        let read_all = async {
+            while let Some(chunk) = self.body.next().await {
+                text.push_str(&String::from_utf8_lossy(&chunk.expect("stream bytes")));
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), read_all)
+            .await
+            .expect("the server ends the stream within 30 s");
+        parse_body(&self.content_type, &text)
     }
 
     /// Reads until the server's next request (skipping notifications) and returns it.

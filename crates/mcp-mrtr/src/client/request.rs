@@ -28,6 +28,8 @@ pub struct RpcRequest<'c> {
     meta_removed: Vec<String>,
     omit_meta: bool,
     header_overrides: Vec<(String, Option<String>)>,
+    /// Header lines sent beside those of the same name.
+    extra_header_lines: Vec<(String, String)>,
     raw_body: Option<Vec<u8>>,
     lowercase_header_names: bool,
 }
@@ -44,6 +46,7 @@ impl<'c> RpcRequest<'c> {
             meta_removed: Vec::new(),
             omit_meta: false,
             header_overrides: Vec::new(),
+            extra_header_lines: Vec::new(),
             raw_body: None,
             lowercase_header_names: false,
         }
@@ -109,6 +112,13 @@ impl<'c> RpcRequest<'c> {
     pub fn header(mut self, name: &str, value: impl Into<String>) -> Self {
         self.header_overrides
             .push((name.to_ascii_lowercase(), Some(value.into())));
+        self
+    }
+
+    /// Sends one more line of header `name`, after those already set (a header repeated).
+    pub fn extra_header_line(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.extra_header_lines
+            .push((name.to_ascii_lowercase(), value.into()));
         self
     }
 
@@ -200,6 +210,12 @@ impl<'c> RpcRequest<'c> {
                     headers.remove(name);
                 }
             }
+        }
+        for (name, value) in &self.extra_header_lines {
+            headers.append(
+                HeaderName::from_bytes(name.as_bytes()).expect("valid header name"),
+                HeaderValue::from_str(value).expect("valid header value"),
+            );
         }
         headers
     }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::ask::{Answer, Answers, Asker, supports};
@@ -18,6 +18,7 @@ use super::notify::Notifier;
 use super::seal::{StateSealer, VOUCH_TAG_LEN, VOUCH_UNIQUE_LEN};
 use crate::protocol::error::excerpt;
 use crate::protocol::input::{ElicitParams, Elicitation, InputRequest, Roots, Sampling};
+use crate::protocol::jsonrpc::notification_bytes;
 use crate::protocol::{ClientCapabilities, RequestId};
 
 /// How a server-initiated request ended: the client's `result`, or its `error` object.
@@ -217,16 +218,23 @@ impl LegacyPeer {
                 .await
                 .unwrap_or_else(|_| Err(error_value("the wait for the answer was abandoned")))
         };
-        tokio::time::timeout(self.timeout, asked_and_answered)
-            .await
-            .unwrap_or_else(|_| {
-                Err(error_value(&format!(
-                    "no answer within {} s",
-                    self.timeout.as_secs_f32()
-                )))
-            })
+        if let Ok(answer) = tokio::time::timeout(self.timeout, asked_and_answered).await {
+            return answer;
+        }
+        let reason = format!("no answer within {} s", self.timeout.as_secs_f32());
+        // The client may still be showing the question: it is told the server stopped waiting,
+        // as a sender that times out should. Briefly: a client that reads nothing gets no more.
+        let cancelled = notification_bytes(
+            "notifications/cancelled",
+            &json!({"requestId": id.as_value(), "reason": reason}),
+        );
+        let _ = tokio::time::timeout(CANCEL_NOTICE_WAIT, notifier.send_raw(cancelled)).await;
+        Err(error_value(&reason))
     }
 }
+
+/// How long a timed-out question's cancellation may wait for room on the call's stream.
+const CANCEL_NOTICE_WAIT: Duration = Duration::from_secs(1);
 
 fn error_value(message: &str) -> Value {
     serde_json::json!({ "code": -32603, "message": message })

@@ -49,6 +49,8 @@ pub const HEADER_MISMATCH: i64 = -32020;
 pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
 /// MCP: the requested protocol revision is not served; `data` lists the supported ones.
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// "Resource not found" as 2025-11-25 names it; 2026-07-28 uses [`INVALID_PARAMS`].
+pub const LEGACY_RESOURCE_NOT_FOUND: i64 = -32002;
 
 /// A JSON-RPC error object, plus the HTTP status it is sent with.
 #[derive(Debug, Clone, PartialEq)]

@@ -20,7 +20,7 @@ use crate::auth::Principal;
 use crate::drain::Drain;
 use crate::mrtr::{Asker, Call, Engine, Notifier, Outcome, TaskMode};
 use crate::observe;
-use crate::protocol::error::excerpt;
+use crate::protocol::error::{INVALID_PARAMS, LEGACY_RESOURCE_NOT_FOUND, excerpt};
 use crate::protocol::input::parse_input_responses;
 use crate::protocol::jsonrpc::success_bytes;
 use crate::protocol::version::{self, TASKS_EXTENSION};
@@ -501,6 +501,11 @@ impl Server {
         env: RequestEnv,
     ) -> Result<Reply, ProtocolError> {
         let uri = required_str(params, "uri")?;
+        // Each revision's own code for an unknown resource.
+        let not_found = match env.era {
+            Era::Modern => INVALID_PARAMS,
+            Era::Legacy(_) => LEGACY_RESOURCE_NOT_FOUND,
+        };
         let call = engine_call(Method::ResourcesRead, uri, &Value::Null, params, env);
         let outcome = if let Some(resource) = self.registry.resource(uri) {
             self.engine.run(call, |ctx| resource.read(ctx)).await?
@@ -509,11 +514,8 @@ impl Server {
                 .run(call, |ctx| template.read(ctx, uri.to_owned(), vars))
                 .await?
         } else {
-            return Err(ProtocolError::invalid_params(format!(
-                "Resource not found: {}",
-                excerpt(uri)
-            ))
-            .with_data(json!({ "uri": uri })));
+            let message = format!("Resource not found: {}", excerpt(uri));
+            return Err(ProtocolError::new(not_found, message).with_data(json!({ "uri": uri })));
         };
         finish(outcome)
     }

@@ -20,11 +20,20 @@ static MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
 static MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 
 /// Reads a header as text, trimmed. Header names are case-insensitive (HeaderMap folds them).
+/// A header sent on more than one line is refused: a proxy may route on any of them, or on all
+/// joined, so none of them is sure to be what the body says.
 pub fn header_text<K: AsHeaderName + Display + Copy>(
     headers: &HeaderMap,
     name: K,
 ) -> Result<Option<&str>, ProtocolError> {
-    match headers.get(name) {
+    let mut lines = headers.get_all(name).into_iter();
+    let first = lines.next();
+    if lines.next().is_some() {
+        return Err(ProtocolError::header_mismatch(format!(
+            "{name} header is sent more than once"
+        )));
+    }
+    match first {
         None => Ok(None),
         Some(value) => value.to_str().map(|text| Some(text.trim())).map_err(|_| {
             ProtocolError::header_mismatch(format!(
@@ -122,7 +131,7 @@ pub fn check_params(
         let matches = match body {
             Value::String(text) => header == text.as_str(),
             Value::Bool(flag) => header == flag.to_string(),
-            Value::Number(number) => header.parse::<f64>().ok() == number.as_f64(),
+            Value::Number(number) => same_number(&header, number),
             _ => false,
         };
         if !matches {
@@ -132,6 +141,19 @@ pub fn check_params(
         }
     }
     Ok(())
+}
+
+/// Whether `header` is `number` in value. Integers are compared exactly (as f64 they could not
+/// tell 2^53 from 2^53 + 1); other numbers as f64.
+fn same_number(header: &str, number: &serde_json::Number) -> bool {
+    let integer = number
+        .as_i64()
+        .map(i128::from)
+        .or_else(|| number.as_u64().map(i128::from));
+    match (integer, header.parse::<i128>()) {
+        (Some(body), Ok(header)) => body == header,
+        _ => header.parse::<f64>().ok() == number.as_f64(),
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,9 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::answer_relay::AnswerRelay;
 use super::headers::{MCP_PROTOCOL_VERSION, header_text};
-use super::respond::{Accept, WireError, accepted, streamed};
+use super::respond::{Accept, Cancelled, WireError, accepted, streamed};
+use super::running_calls::RunningCalls;
+use super::session_streams::SessionStreams;
 use super::{Endpoint, TransportOptions, owner_of, sse};
 use crate::auth::{Caller, Principal};
 use crate::log_budget::LogBudget;
@@ -76,6 +78,10 @@ pub(super) struct LegacyWire {
     pending: Arc<PendingAnswers>,
     /// Carries answers to calls waiting on other replicas.
     answers_elsewhere: Option<AnswerRelay>,
+    /// The GET stream each session's notices go to here.
+    streams: SessionStreams,
+    /// The streamed calls running here, which their clients may cancel.
+    calls: RunningCalls,
 }
 
 impl LegacyWire {
@@ -94,6 +100,8 @@ impl LegacyWire {
             sessions: options.legacy.sessions.clone(),
             pending,
             answers_elsewhere,
+            streams: SessionStreams::default(),
+            calls: RunningCalls::default(),
         }
     }
 }
@@ -135,32 +143,38 @@ impl Session {
 }
 
 /// Whether a POST belongs to the legacy wire, by the rule of the spec's backward compatibility
-/// section (a request with modern `_meta` is served statelessly):
+/// section (a request with modern `_meta` is served statelessly). Never when an
+/// `MCP-Protocol-Version` header names a revision other than a legacy one: that is a modern
+/// request, or one of a revision this server does not serve, which the modern wire refuses with
+/// 400 as both revisions require. Otherwise:
 /// - with an `Mcp-Session-Id`, unless its `_meta` names its protocol version, as every modern
 ///   request's does (a dual-era client may keep sending the header; a modern request ignores
 ///   it). Other `io.modelcontextprotocol/` keys do not count there: a session's own messages may
 ///   carry them (a 2025-11-25 task's, say);
-/// - without one, when its `_meta` has no `io.modelcontextprotocol/` key and no modern
-///   `MCP-Protocol-Version` header comes with it. A legacy `initialize` with a `_meta` of its own
-///   still opens a session.
+/// - without one, when its `_meta` has no `io.modelcontextprotocol/` key. A legacy `initialize`
+///   with a `_meta` of its own still opens a session.
 pub(super) fn routes_here(headers: &HeaderMap, incoming: &Incoming) -> bool {
     let params = match incoming {
         Incoming::Request { params, .. } | Incoming::Notification { params, .. } => Some(params),
         Incoming::Response { .. } => None,
     };
+    if !names_a_legacy_version(headers).unwrap_or(true) {
+        return false;
+    }
     if headers.contains_key(&SESSION_HEADER) {
         return !params.is_some_and(names_its_version);
     }
-    if params.is_some_and(is_modern_meta) {
-        return false;
-    }
-    match headers
-        .get(&MCP_PROTOCOL_VERSION)
-        .and_then(|v| v.to_str().ok())
-    {
-        None => true,
-        Some(v) => version::is_legacy(v.trim()),
-    }
+    !params.is_some_and(is_modern_meta)
+}
+
+/// Whether the `MCP-Protocol-Version` header names a legacy revision; `None` without one.
+fn names_a_legacy_version(headers: &HeaderMap) -> Option<bool> {
+    let value = headers.get(&MCP_PROTOCOL_VERSION)?;
+    Some(
+        value
+            .to_str()
+            .is_ok_and(|version| version::is_legacy(version.trim())),
+    )
 }
 
 /// Serves a message of the 2025-11-25 wire from `caller`, signed in at the front door, from
@@ -210,7 +224,15 @@ pub(super) async fn post(
         .await
         .map_err(|e| e.answering(request_id(&incoming).as_ref()))?;
     match incoming {
-        Incoming::Notification { .. } => Ok(accepted()),
+        Incoming::Notification { method, params } => {
+            if method == "notifications/cancelled"
+                && let Some(request_id) = params.get("requestId")
+            {
+                // Calls running here stop; one on another replica runs to its end.
+                endpoint.legacy.calls.cancel(&session_id, request_id);
+            }
+            Ok(accepted())
+        }
         Incoming::Response { id, outcome } => {
             deliver_answer(endpoint, &session_id, &id, outcome);
             Ok(accepted())
@@ -259,6 +281,10 @@ async fn serve_request(
             return Ok(ok(id, json!({})));
         }
         Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
+            // Only a server that declares resources offers to subscribe to them.
+            if !server.registry().has_resources() {
+                return Err(ProtocolError::method_not_found(method.as_str()));
+            }
             let uri = params
                 .get("uri")
                 .and_then(Value::as_str)
@@ -312,7 +338,11 @@ async fn serve_request(
         era: Era::Legacy(peer),
     };
     if accept.sse && method.streams() {
-        return Ok(streamed(endpoint, env, id.clone(), method, params).await);
+        // Registered for as long as the call runs (the future owns the registration).
+        let call = endpoint.legacy.calls.start(&session_id, id);
+        let cancelled: Cancelled = Box::pin(async move { call.cancelled().await });
+        let request = (id.clone(), method, params);
+        return Ok(streamed(endpoint, env, request, Some(cancelled)).await);
     }
     let reply = server.handle(method, &params, env).await?;
     Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)))
@@ -387,7 +417,8 @@ async fn initialize(
 }
 
 /// Opens the session's stream of change notifications, when the session's owner and the server
-/// have room for one more.
+/// have room for one more. It takes the session's notices over from the session's earlier stream
+/// on this replica, which ends, and it ends when the session does.
 pub(super) async fn get(
     State(endpoint): State<Arc<Endpoint>>,
     uri: Uri,
@@ -395,14 +426,22 @@ pub(super) async fn get(
 ) -> Result<Response<Body>, WireError> {
     let (session_id, session, valid_until) = session_of(&endpoint, &uri, &headers).await?;
     let owner = Owner::new(&session.owner);
-    let long_lived = endpoint.long_lived((&owner, valid_until), None, None)?;
+    let slot = endpoint.stream_room(&owner)?;
+    let long_lived = endpoint.long_lived(slot, valid_until, None, None);
     let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
     let mut events = endpoint.server.events().subscribe();
+    let mut claim = endpoint.legacy.streams.take_over(&session_id);
     let watcher = endpoint.clone();
     let task = tokio::spawn(async move {
         loop {
             // Each event, and whether the session is known to subscribe to its resource.
-            let heard = match events.recv().await {
+            let received = tokio::select! {
+                () = claim.superseded() => return,
+                received = events.recv() => received,
+            };
+            let heard = match received {
+                // Legacy sessions do not get tasks.
+                Ok(ServerEvent::TaskChanged(_)) => continue,
                 Ok(event) => vec![(event, false)],
                 Err(RecvError::Lagged(_)) => may_have_missed(&watcher, &session_id)
                     .await
@@ -410,6 +449,14 @@ pub(super) async fn get(
                     .map(|event| (event, true))
                     .collect(),
                 Err(RecvError::Closed) => return,
+            };
+            // Read once per notice: subscriptions may have changed on any replica since the
+            // stream opened, and a session that ended (DELETE, or its time) hears nothing more.
+            let session = match read(&watcher, &session_id).await {
+                Ok(Some(session)) => Some(session),
+                Ok(None) => return,
+                // The store cannot say: list changes still go out, updates on what is known.
+                Err(_) => None,
             };
             for (event, subscribed) in heard {
                 let message = match &event {
@@ -423,12 +470,9 @@ pub(super) async fn get(
                         notification_bytes("notifications/resources/list_changed", &json!({}))
                     }
                     ServerEvent::ResourceUpdated(uri) => {
-                        // Subscriptions may have changed on any replica since the stream opened.
                         let subscribed = subscribed
-                            || read(&watcher, &session_id)
-                                .await
-                                .ok()
-                                .flatten()
+                            || session
+                                .as_ref()
                                 .is_some_and(|s| s.subscriptions.contains(uri));
                         if !subscribed {
                             continue;
@@ -436,7 +480,6 @@ pub(super) async fn get(
                         let params = json!({ "uri": uri });
                         notification_bytes("notifications/resources/updated", &params)
                     }
-                    // Legacy sessions do not get tasks.
                     ServerEvent::TaskChanged(_) => continue,
                 };
                 if frames_tx.send(sse::frame(&message)).await.is_err() {
@@ -535,6 +578,11 @@ async fn session_of(
             WireError::refused(StatusCode::BAD_REQUEST, "Missing Mcp-Session-Id header")
         })?
         .to_owned();
+    if names_a_legacy_version(headers) == Some(false) {
+        let unsupported =
+            "MCP-Protocol-Version names a revision this server does not serve in sessions";
+        return Err(WireError::refused(StatusCode::BAD_REQUEST, unsupported));
+    }
     let session = load(endpoint, &session_id, &principal).await?;
     Ok((session_id, session, valid_until))
 }
@@ -674,13 +722,7 @@ fn ok(id: &RequestId, result: Value) -> Response<Body> {
     sse::json(StatusCode::OK, success_bytes(id, &result))
 }
 
-/// On the legacy wire a JSON-RPC error travels with HTTP 200 (404 would mean "session gone" to the
-/// client), except the internal ones.
+/// A JSON-RPC error as the legacy wire sends it (see [`WireError::within_session`]).
 fn legacy_error(id: &RequestId, e: ProtocolError) -> WireError {
-    let status = if e.code == crate::protocol::error::INTERNAL_ERROR {
-        StatusCode::INTERNAL_SERVER_ERROR
-    } else {
-        StatusCode::OK
-    };
-    WireError::from(e).answering(Some(id)).with_status(status)
+    WireError::from(e).answering(Some(id)).within_session()
 }

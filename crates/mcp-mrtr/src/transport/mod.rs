@@ -5,6 +5,8 @@
 
 #[cfg(feature = "legacy")]
 mod answer_relay;
+#[cfg(feature = "legacy")]
+mod claims;
 mod front;
 mod headers;
 mod health;
@@ -15,6 +17,10 @@ mod listen;
 mod modern;
 mod origin;
 mod respond;
+#[cfg(feature = "legacy")]
+mod running_calls;
+#[cfg(feature = "legacy")]
+mod session_streams;
 mod sse;
 mod streams;
 mod traffic;
@@ -159,31 +165,37 @@ impl Endpoint {
         WireError::head_too_large(headers)
     }
 
-    /// How one of `owner`'s long-lived streams (`subscriptions/listen`, a legacy session's GET)
-    /// is kept, once there is room for it: `opening` is its first message, `farewell` its last
-    /// when the server ends it, as it does when the credentials it was opened with stop being
-    /// accepted (`valid_until`).
+    /// Room for one more of `owner`'s long-lived streams (`subscriptions/listen`, a legacy
+    /// session's `GET`), taken before anything is read for it.
+    fn stream_room(&self, owner: &Owner) -> Result<streams::StreamSlot, streams::ServerFull> {
+        self.streams.open(owner)
+    }
+
+    /// How a long-lived stream is kept in the room `slot` holds for it: `opening` is its first
+    /// message, `farewell` its last when the server ends it, as it does when the credentials it
+    /// was opened with stop being accepted (`valid_until`).
     fn long_lived(
         &self,
-        (owner, valid_until): (&Owner, Option<SystemTime>),
+        slot: streams::StreamSlot,
+        valid_until: Option<SystemTime>,
         opening: Option<Vec<u8>>,
         farewell: Option<Vec<u8>>,
-    ) -> Result<sse::LongLived, streams::ServerFull> {
+    ) -> sse::LongLived {
         let ends_at = valid_until.map(|at| {
             let left = at.duration_since(SystemTime::now()).unwrap_or_default();
             tokio::time::Instant::now() + left.min(MOST_STREAM_LIFE)
         });
-        Ok(sse::LongLived {
+        sse::LongLived {
             keepalive: self
                 .options
                 .keepalive
                 .clamp(Duration::from_millis(1), MOST_KEEPALIVE),
             drain: self.options.drain.clone(),
-            slot: self.streams.open(owner)?,
+            slot,
             opening: opening.map(|message| sse::frame(&message)),
             farewell: farewell.map(|message| sse::frame(&message)),
             ends_at,
-        })
+        }
     }
 }
 

@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, Response, StatusCode};
-use axum::response::IntoResponse as _;
 use bytes::Bytes;
 use futures::StreamExt as _;
 use serde_json::{Map, Value, json};
@@ -21,6 +20,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::headers::{MCP_PROTOCOL_VERSION, check_method, check_name, check_params, header_text};
 use super::respond::{Accept, WireError, accepted, streamed};
+use super::streams::StreamSlot;
 use super::{Endpoint, owner_of, sse};
 use crate::auth::{Caller, Principal};
 use crate::protocol::error::INVALID_PARAMS;
@@ -162,13 +162,21 @@ async fn serve(
     let Some(header_version) = header_text(headers, &MCP_PROTOCOL_VERSION)? else {
         return Err(ProtocolError::header_mismatch("Missing MCP-Protocol-Version header").into());
     };
-    let requested = requested_version(&params)?;
+    let supported = version::supported();
+    let requested = match requested_version(&params) {
+        Ok(requested) => requested,
+        // A revision this server does not serve is refused as such, so that a client of a later
+        // one learns which to retry with, whatever its `_meta` lacks.
+        Err(_) if !supported.contains(&header_version) => {
+            return Err(ProtocolError::unsupported_version(header_version, supported).into());
+        }
+        Err(malformed) => return Err(malformed.into()),
+    };
     if header_version != requested {
         return Err(ProtocolError::header_mismatch(format!(
             "Header mismatch: MCP-Protocol-Version header value '{header_version}' does not match _meta value '{requested}'"
         )).into());
     }
-    let supported = version::supported();
     if !supported.contains(&requested) {
         return Err(ProtocolError::unsupported_version(requested, supported).into());
     }
@@ -226,15 +234,18 @@ async fn serve(
             registry.has_resources(),
             server.tasks().is_some(),
         );
+        // Room first: a listen the server has no room for is refused before any task is read.
+        let slot = endpoint.stream_room(&owner)?;
+        // Listening before the tasks are read: a change made after a read is heard.
+        let events = server.events().subscribe();
+        let mut first_reads = Vec::new();
         if let Some(tasks) = server.tasks() {
-            subscription.task_ids = followable(tasks, &principal, subscription.task_ids).await?;
+            first_reads = followable(tasks, &principal, &subscription.task_ids).await?;
+            subscription.task_ids = first_reads.iter().map(|(id, _)| id.clone()).collect();
         }
-        return Ok(listen(
-            endpoint,
-            subscription,
-            principal,
-            (&owner, valid_until),
-        ));
+        let holder = (slot, valid_until);
+        let heard = (events, first_reads);
+        return Ok(listen(endpoint, subscription, principal, holder, heard));
     }
 
     let wants_stream = accept.sse
@@ -248,19 +259,19 @@ async fn serve(
         era: Era::Modern,
     };
     if wants_stream {
-        return Ok(streamed(endpoint, env, id.clone(), method, params).await);
+        return Ok(streamed(endpoint, env, (id.clone(), method, params), None).await);
     }
     let reply = server.handle(method, &params, env).await?;
     Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)))
 }
 
 /// The frames of one listen stream after its acknowledgement, until the client goes away (`Err`)
-/// or events end.
+/// or events end; it starts with the followed tasks as read before the acknowledgement.
 async fn stream_events(
     server: &Server,
     subscription: &Subscription,
     principal: &Principal,
-    mut events: broadcast::Receiver<ServerEvent>,
+    (mut events, first_reads): (broadcast::Receiver<ServerEvent>, Vec<FollowedTask>),
     frames: &mpsc::Sender<Bytes>,
 ) -> Result<(), mpsc::error::SendError<Bytes>> {
     let mut followed = server
@@ -272,10 +283,12 @@ async fn stream_events(
             principal,
             sent: HashMap::new(),
         });
-    // The followed tasks as they are now, so a task that changed before the stream opened is
-    // not waited for in vain.
+    // The followed tasks as they were when the listen came, so a task that changed before the
+    // stream opened is not waited for in vain.
     if let Some(followed) = &mut followed {
-        followed.send_all(frames).await?;
+        for (id, task) in first_reads {
+            followed.offer(id, task, frames).await?;
+        }
     }
     // Read again every lease: a replica that died announces nothing (the read marks its tasks
     // failed), and a replica that stopped may not have got its last notices out.
@@ -360,7 +373,20 @@ impl Followed<'_> {
         id: &str,
         frames: &mpsc::Sender<Bytes>,
     ) -> Result<(), mpsc::error::SendError<Bytes>> {
-        let Ok(Value::Object(task)) = self.tasks.get(self.principal, id).await else {
+        match self.tasks.get(self.principal, id).await {
+            Ok(task) => self.offer(id.to_owned(), task, frames).await,
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Sends `task` (task `id` as read for this stream's principal) unless it is as last sent.
+    async fn offer(
+        &mut self,
+        id: String,
+        task: Value,
+        frames: &mpsc::Sender<Bytes>,
+    ) -> Result<(), mpsc::error::SendError<Bytes>> {
+        let Value::Object(task) = task else {
             return Ok(());
         };
         let mut digest = DefaultHasher::new();
@@ -368,7 +394,7 @@ impl Followed<'_> {
             .unwrap_or_default()
             .hash(&mut digest);
         let digest = digest.finish();
-        if self.sent.insert(id.to_owned(), digest) == Some(digest) {
+        if self.sent.insert(id, digest) == Some(digest) {
             return Ok(());
         }
         frames
@@ -380,25 +406,29 @@ impl Followed<'_> {
 /// Most task reads a listen makes at once to see which of its tasks it can follow.
 const TASK_READS_AT_ONCE: usize = 8;
 
-/// The tasks of `wanted` a listen stream will follow: each one once, and only those the caller
-/// can see (another's task, an expired or unknown one, is left out of the acknowledgement, which
-/// names only the tasks the server agreed to report on). A store that cannot answer fails the
-/// listen rather than leave a task out. Read a few at a time, in the order asked.
+/// A task a listen stream follows, with its state as last read.
+type FollowedTask = (String, Value);
+
+/// The tasks of `wanted` a listen stream will follow, as read now: each one once, and only those
+/// the caller can see (another's task, an expired or unknown one, is left out of the
+/// acknowledgement, which names only the tasks the server agreed to report on). A store that
+/// cannot answer fails the listen rather than leave a task out. Read a few at a time, in the
+/// order asked.
 async fn followable(
     tasks: &Tasks,
     principal: &Principal,
-    wanted: Vec<String>,
-) -> Result<Vec<String>, ProtocolError> {
+    wanted: &[String],
+) -> Result<Vec<FollowedTask>, ProtocolError> {
     let mut unique: Vec<String> = Vec::with_capacity(wanted.len());
     for id in wanted {
-        if !unique.contains(&id) {
-            unique.push(id);
+        if !unique.contains(id) {
+            unique.push(id.clone());
         }
     }
-    let seen: Vec<Result<Option<String>, ProtocolError>> = futures::stream::iter(unique)
+    let seen: Vec<Result<Option<FollowedTask>, ProtocolError>> = futures::stream::iter(unique)
         .map(|id| async move {
             match tasks.get(principal, &id).await {
-                Ok(_) => Ok(Some(id)),
+                Ok(task) => Ok(Some((id, task))),
                 Err(unknown) if unknown.code == INVALID_PARAMS => Ok(None),
                 Err(failed) => Err(failed),
             }
@@ -409,31 +439,25 @@ async fn followable(
     seen.into_iter().filter_map(Result::transpose).collect()
 }
 
-/// Opens a `subscriptions/listen` stream, when its owner and the server have room for one more:
-/// the acknowledgement, then the events it opted into, with keep-alive comments, until the client
-/// goes away, or until the server ends it with the closing response (it drains, or the caller's
-/// credentials expire). `holder` is the stream's owner and when those credentials expire. A
+/// Opens a `subscriptions/listen` stream in the room `slot` holds: the acknowledgement, then the
+/// events it opted into (`heard`: the notices since just before its tasks were read, and those
+/// reads), with keep-alive comments, until the client goes away, or until the server ends it
+/// with the closing response (it drains, or the caller's credentials expire at `valid_until`). A
 /// task's status goes only to the principal it belongs to.
 fn listen(
     endpoint: &Arc<Endpoint>,
     subscription: Subscription,
     principal: Principal,
-    holder: (&Owner, Option<SystemTime>),
+    (slot, valid_until): (StreamSlot, Option<SystemTime>),
+    heard: (broadcast::Receiver<ServerEvent>, Vec<FollowedTask>),
 ) -> Response<Body> {
     let acknowledgement = Some(subscription.acknowledgement());
     let farewell = endpoint.server.subscription_ended(&subscription);
-    let long_lived = match endpoint.long_lived(holder, acknowledgement, farewell) {
-        Ok(long_lived) => long_lived,
-        Err(refused) => {
-            let refusal = WireError::from(refused).answering(subscription.id.as_ref());
-            return refusal.into_response();
-        }
-    };
+    let long_lived = endpoint.long_lived(slot, valid_until, acknowledgement, farewell);
     let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
-    let events = endpoint.server.events().subscribe();
     let server = endpoint.server.clone();
     let task = tokio::spawn(async move {
-        let _ = stream_events(&server, &subscription, &principal, events, &frames_tx).await;
+        let _ = stream_events(&server, &subscription, &principal, heard, &frames_tx).await;
     });
     sse::stream(
         ReceiverStream::new(frames_rx),

@@ -2,6 +2,8 @@
 //! challenge, what the client accepts, and a request run in its own task with its notifications
 //! streamed before its result.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -19,24 +21,40 @@ use crate::auth::AuthError;
 use crate::mrtr::Notifier;
 use crate::protocol::jsonrpc::{error_bytes, success_bytes};
 use crate::protocol::{Method, ProtocolError, RequestId};
-use crate::server::RequestEnv;
+use crate::server::{Era, RequestEnv};
 
-/// What a streamed request's task produces: notifications, then exactly one final message.
+/// What a streamed request's task produces: notifications, then exactly one final message, or
+/// word that the client cancelled the request (then there is no final message).
 enum Frame {
     Notification(Vec<u8>),
     Final(Result<Vec<u8>, ProtocolError>),
+    Cancelled,
 }
+
+/// Completes when the client cancels a request (a 2025-11-25 `notifications/cancelled`).
+pub(super) type Cancelled = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Runs the request in its own task and streams its notifications, then its response. Nothing is
 /// sent until the first frame exists, so a request that fails (or finishes) before notifying
-/// anything gets a plain JSON answer with the error's own HTTP status.
+/// anything gets a plain JSON answer with the error's own HTTP status. When `cancelled`
+/// completes first, the handler is dropped and the stream ends without a response.
 pub(super) async fn streamed(
     endpoint: &Arc<Endpoint>,
     mut env: RequestEnv,
-    id: RequestId,
-    method: Method,
-    params: Map<String, Value>,
+    (id, method, params): (RequestId, Method, Map<String, Value>),
+    cancelled: Option<Cancelled>,
 ) -> Response<Body> {
+    let in_session = !matches!(env.era, Era::Modern);
+    // An error sent before any frame is a plain JSON answer, with the status of its wire.
+    let early = |error: ProtocolError| {
+        let error = WireError::from(error).answering(Some(&id));
+        if in_session {
+            error.within_session()
+        } else {
+            error
+        }
+        .into_response()
+    };
     let (frames_tx, mut frames_rx) = mpsc::channel::<Frame>(16);
     let (notes_tx, mut notes_rx) = mpsc::channel::<Vec<u8>>(16);
     let server = endpoint.server.clone();
@@ -52,26 +70,42 @@ pub(super) async fn streamed(
             }
         };
         // Notifications are relayed as they come; the relay ends when the handler drops its notifier.
-        let (reply, ()) = tokio::join!(server.handle(method, &params, env), relay);
+        let handling = async { tokio::join!(server.handle(method, &params, env), relay) };
+        let (reply, ()) = match cancelled {
+            None => handling.await,
+            Some(cancelled) => tokio::select! {
+                done = handling => done,
+                () = cancelled => {
+                    let _ = frames_tx.send(Frame::Cancelled).await;
+                    return;
+                }
+            },
+        };
         let last = reply.map(|reply| success_bytes(&reply_id, &reply));
         let _ = frames_tx.send(Frame::Final(last)).await;
     });
     let guard = AbortOnDropHandle::new(task);
     let first = match frames_rx.recv().await {
         Some(Frame::Final(Ok(body))) => return sse::json(StatusCode::OK, body),
-        Some(Frame::Final(Err(e))) => {
-            return WireError::from(e).answering(Some(&id)).into_response();
+        Some(Frame::Final(Err(e))) => return early(e),
+        Some(Frame::Cancelled) => {
+            return sse::stream(futures::stream::empty(), guard, None);
         }
         Some(Frame::Notification(note)) => sse::frame(&note),
         None => {
-            let lost = ProtocolError::internal("the request ended without a response");
-            return WireError::from(lost).answering(Some(&id)).into_response();
+            return early(ProtocolError::internal(
+                "the request ended without a response",
+            ));
         }
     };
-    let rest = ReceiverStream::new(frames_rx).map(move |frame| match frame {
-        Frame::Notification(note) => sse::frame(&note),
-        Frame::Final(Ok(body)) => sse::frame(&body),
-        Frame::Final(Err(e)) => sse::frame(&error_bytes(Some(&id), &e)),
+    let rest = ReceiverStream::new(frames_rx).filter_map(move |frame| {
+        let bytes = match frame {
+            Frame::Notification(note) => Some(sse::frame(&note)),
+            Frame::Final(Ok(body)) => Some(sse::frame(&body)),
+            Frame::Final(Err(e)) => Some(sse::frame(&error_bytes(Some(&id), &e))),
+            Frame::Cancelled => None,
+        };
+        std::future::ready(bytes)
     });
     sse::stream(
         futures::stream::once(async { first }).chain(rest),
@@ -87,25 +121,56 @@ pub(super) struct Accept {
 }
 
 impl Accept {
-    /// `None` when the client accepts neither JSON nor SSE.
+    /// `None` when the client accepts neither JSON nor SSE. Every `Accept` line counts (a list
+    /// may be split over several); for each type the most specific range that names it decides,
+    /// and `q=0` refuses it (RFC 9110, section 12.5.1).
     pub(super) fn from_headers(headers: &HeaderMap) -> Option<Self> {
-        let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        let mut lines = headers.get_all(header::ACCEPT).iter().peekable();
+        if lines.peek().is_none() {
             return Some(Self { sse: true });
-        };
-        let (mut json, mut sse) = (false, false);
-        for media_type in accept
-            .split(',')
-            .map(|t| t.split(';').next().unwrap_or_default().trim())
-        {
-            match media_type {
-                "*/*" => (json, sse) = (true, true),
-                "application/json" | "application/*" => json = true,
-                "text/event-stream" | "text/*" => sse = true,
-                _ => {}
-            }
         }
+        let ranges: Vec<(String, bool)> = lines
+            .filter_map(|line| line.to_str().ok())
+            .flat_map(|line| line.split(','))
+            .filter_map(media_range)
+            .collect();
+        let accepts = |kind: &str, subtype: &str| {
+            ranges
+                .iter()
+                .filter_map(|(range, wanted)| {
+                    let specificity = match range.split_once('/')? {
+                        (k, s) if k == kind && s == subtype => 2,
+                        (k, "*") if k == kind => 1,
+                        ("*", "*") => 0,
+                        _ => return None,
+                    };
+                    Some((specificity, *wanted))
+                })
+                .max_by_key(|(specificity, _)| *specificity)
+                .is_some_and(|(_, wanted)| wanted)
+        };
+        let json = accepts("application", "json");
+        let sse = accepts("text", "event-stream");
         (json || sse).then_some(Self { sse })
     }
+}
+
+/// One media range of an `Accept` list, in lower case, and whether it is wanted (its `q` is not
+/// zero); `None` for an empty element.
+fn media_range(element: &str) -> Option<(String, bool)> {
+    let mut parts = element.split(';');
+    let range = parts.next()?.trim().to_ascii_lowercase();
+    if range.is_empty() {
+        return None;
+    }
+    let refused = parts.any(|parameter| {
+        parameter
+            .split_once('=')
+            .filter(|(name, _)| name.trim().eq_ignore_ascii_case("q"))
+            .and_then(|(_, value)| value.trim().parse::<f32>().ok())
+            .is_some_and(|q| q <= 0.0)
+    });
+    Some((range, !refused))
 }
 
 pub(super) fn is_json(headers: &HeaderMap) -> bool {
@@ -129,6 +194,17 @@ pub(super) struct WireError {
 }
 
 impl WireError {
+    /// The same error as a 2025-11-25 session sends it: with HTTP 200 (to its client a 404
+    /// means "session gone", and other statuses a failed transport), an internal one with 500.
+    pub(super) fn within_session(self) -> Self {
+        let status = if self.error.code == crate::protocol::error::INTERNAL_ERROR {
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else {
+            StatusCode::OK
+        };
+        self.with_status(status)
+    }
+
     /// An invalid request refused with `status` (403 for a foreign Origin, 415, 413…).
     pub(super) fn refused(status: StatusCode, message: impl Into<String>) -> Self {
         Self::from(ProtocolError::invalid_request(message)).with_status(status)

@@ -130,6 +130,58 @@ async fn a_stream_that_fell_behind_is_sent_again_what_it_may_have_missed() {
     );
 }
 
+/// `Accept` read as RFC 9110 has it: a list split over two lines names both types, `q=0` refuses
+/// a type, and the most specific range naming a type decides.
+#[tokio::test]
+async fn accept_lists_are_read_whole_with_their_refusals() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let listen = || {
+        client
+            .request("subscriptions/listen")
+            .params(json!({"notifications": {"toolsListChanged": true}}))
+    };
+    let mut split = listen()
+        .header("accept", "application/json")
+        .extra_header_line("accept", "text/event-stream")
+        .open_stream()
+        .await;
+    assert_eq!(split.status.as_u16(), 200);
+    let ack = split.expect_message(PATIENCE).await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+
+    for refusing in [
+        "application/json, text/event-stream;q=0",
+        "*/*, text/event-stream; q=0.000",
+        "application/json, text/*;q=0",
+    ] {
+        listen()
+            .header("accept", refusing)
+            .send()
+            .await
+            .assert_error(406, -32600);
+    }
+    let neither = client
+        .request("tools/list")
+        .header("accept", "application/json;q=0, text/event-stream;q=0")
+        .send()
+        .await;
+    // Refused at the door, before the body (and its id) is read.
+    assert_eq!(neither.status.as_u16(), 406, "{}", neither.body_text());
+    assert_eq!(neither.error_code(), -32600, "{}", neither.body_text());
+    let wildcard_kept = client
+        .request("tools/list")
+        .header("accept", "*/*;q=0.1, text/event-stream;q=0")
+        .send()
+        .await;
+    assert_eq!(
+        wildcard_kept.status.as_u16(),
+        200,
+        "JSON is still acceptable through */*: {}",
+        wildcard_kept.body_text()
+    );
+}
+
 #[tokio::test]
 async fn a_listen_request_that_cannot_take_an_event_stream_gets_406() {
     let server = TestServer::start().await;

@@ -94,6 +94,20 @@ async fn protocol_version_and_meta_errors_have_their_codes_and_statuses() {
         later.assert_error(400, -32022);
         assert_eq!(later.error()["data"]["requested"], "2099-01-01");
     }
+    // Named in the header alone, with a `_meta` this revision would call malformed.
+    for request in [
+        client.request("tools/list").without_meta(),
+        client
+            .request("tools/list")
+            .without_meta_key(META_PROTOCOL_VERSION),
+    ] {
+        let later = request
+            .header("MCP-Protocol-Version", "2099-01-01")
+            .send()
+            .await;
+        later.assert_error(400, -32022);
+        assert_eq!(later.error()["data"]["requested"], "2099-01-01");
+    }
 
     let discover = client.request("server/discover").send().await;
     let advertised = discover.result()["supportedVersions"]
@@ -290,6 +304,60 @@ async fn x_mcp_header_parameters_must_be_mirrored_exactly() {
     let sentinel = call().header("Mcp-Param-Region", encoded).send().await;
     assert_eq!(sentinel.status.as_u16(), 200, "{}", sentinel.body_text());
     assert_eq!(sentinel.text(), "Region: eu-west");
+}
+
+/// A routing header sent twice is refused even when its first line matches the body: a proxy
+/// may route on the other line, or on both joined.
+#[tokio::test]
+async fn a_routing_header_sent_twice_is_refused() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let regional = json!({"name": "regional", "arguments": {"region": "eu-west"}});
+    let call = || {
+        client
+            .request("tools/call")
+            .params(regional.clone())
+            .header("Mcp-Param-Region", "eu-west")
+    };
+    let plain = call().send().await;
+    assert_eq!(plain.status.as_u16(), 200, "{}", plain.body_text());
+
+    let repeated = [
+        ("Mcp-Name", "simple_text"),
+        ("Mcp-Method", "tools/list"),
+        ("MCP-Protocol-Version", "2025-11-25"),
+        ("Mcp-Param-Region", "us-east"),
+    ];
+    for (header, other) in repeated {
+        let reply = call().extra_header_line(header, other).send().await;
+        reply.assert_error(400, -32020);
+        assert!(
+            reply.error_message().contains("more than once"),
+            "{header}: {}",
+            reply.body_text()
+        );
+    }
+}
+
+/// Integer parameters are compared exactly: 2^53 + 1 is not 2^53, though they are the same f64.
+#[tokio::test]
+async fn integer_header_parameters_are_compared_exactly() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let call = |seats: &str| {
+        client
+            .request("tools/call")
+            .params(json!({"name": "regional", "arguments": {"region": "eu-west", "seats": 9007199254740993_u64}}))
+            .header("Mcp-Param-Region", "eu-west")
+            .header("Mcp-Param-Seats", seats)
+    };
+    call("9007199254740992")
+        .send()
+        .await
+        .assert_error(400, -32020);
+    let exact = call("9007199254740993").send().await;
+    assert_eq!(exact.status.as_u16(), 200, "{}", exact.body_text());
+    assert_eq!(exact.text(), "Region: eu-west, seats: 9007199254740993");
 }
 
 #[tokio::test]

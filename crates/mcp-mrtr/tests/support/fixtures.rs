@@ -206,7 +206,10 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
         "Echoes its region, which is mirrored in the Mcp-Param-Region header",
         json!({
             "type": "object",
-            "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+            "properties": {
+                "region": {"type": "string", "x-mcp-header": "Region"},
+                "seats": {"type": "integer", "x-mcp-header": "Seats"}
+            },
             "required": ["region"]
         }),
         |_, args| async move {
@@ -215,7 +218,11 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
-            Ok(CallToolResult::text(format!("Region: {region}")))
+            let seats = args.get("seats").map(|seats| format!(", seats: {seats}"));
+            Ok(CallToolResult::text(format!(
+                "Region: {region}{}",
+                seats.unwrap_or_default()
+            )))
         },
     ));
 
