@@ -485,7 +485,28 @@ async fn a_session_request_naming_a_revision_not_served_gets_400() {
             .await
             .expect("an answer");
         assert_eq!(refused.status().as_u16(), 400, "{method}");
+        let refusal: Value = refused.json().await.expect("a JSON-RPC error");
+        assert_eq!(refusal["error"]["code"], -32022, "{method}: {refusal}");
+        assert_eq!(refusal["error"]["data"]["requested"], "nonsense");
     }
+    // Nor is any other message of that revision: a notification is not silently dropped.
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": 1}});
+    let notice = with_version(reqwest::Method::POST, "1999-01-01")
+        .body(cancel.to_string())
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(notice.status().as_u16(), 400);
+    // A version header sent twice is not a legacy one, whatever its first line says.
+    let twice = with_version(reqwest::Method::GET, "2025-11-25")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(twice.status().as_u16(), 400);
+    let refusal: Value = twice.json().await.expect("a JSON-RPC error");
+    assert_eq!(refusal["error"]["code"], -32020, "{refusal}");
     let still = legacy.request("tools/list", json!({})).await;
     assert_eq!(
         still.status, 200,
@@ -610,6 +631,22 @@ fn text_of_stream(stream: reqwest::Response) -> TextStream {
     }))
 }
 
+/// The GET stream of `client`'s session, opened.
+async fn open_get_stream(server: &TestServer, client: &LegacyClient) -> reqwest::Response {
+    let stream = reqwest::Client::new()
+        .get(server.url())
+        .header("Accept", "text/event-stream")
+        .header(
+            SESSION_HEADER,
+            client.session_id.as_deref().expect("session"),
+        )
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(stream.status(), 200);
+    stream
+}
+
 /// Has the fixture server announce that its tool list changed.
 async fn change_the_tools(client: &LegacyClient) {
     client
@@ -640,17 +677,7 @@ async fn hear_the_tools_change(body: &mut TextStream) {
 async fn the_get_stream_delivers_list_changes() {
     let server = TestServer::start().await;
     let client = session(&server, json!({})).await;
-    let stream = reqwest::Client::new()
-        .get(server.url())
-        .header("Accept", "text/event-stream")
-        .header(
-            SESSION_HEADER,
-            client.session_id.as_deref().expect("session"),
-        )
-        .send()
-        .await
-        .expect("GET");
-    assert_eq!(stream.status(), 200);
+    let stream = open_get_stream(&server, &client).await;
     assert!(
         stream.headers()["content-type"]
             .to_str()
@@ -691,19 +718,14 @@ async fn a_sessions_notices_go_to_its_latest_stream_only_and_end_with_it() {
         (200, 200)
     );
     let ended = tokio::time::timeout(std::time::Duration::from_secs(10), first.text()).await;
-    let ended = ended.expect("the first stream ends once the second opens");
-    assert!(
-        !ended.unwrap_or_default().contains("list_changed"),
-        "it carried no notice"
-    );
+    assert!(ended.is_ok(), "the first stream ends once the second opens");
 
     let mut body = text_of_stream(second);
     change_the_tools(&client).await;
     hear_the_tools_change(&mut body).await;
 
     assert_eq!(client.delete_session().await, 200);
-    // The next notice finds the session gone, and the stream ends instead of carrying it.
-    change_the_tools(&session(&server, json!({})).await).await;
+    // The stream ends with its session, with no notice to wait for.
     let rest = tokio::time::timeout(std::time::Duration::from_secs(10), async {
         let mut rest = String::new();
         while let Some(chunk) = futures::StreamExt::next(&mut body).await {
@@ -715,8 +737,43 @@ async fn a_sessions_notices_go_to_its_latest_stream_only_and_end_with_it() {
     .expect("the stream of an ended session ends");
     assert!(
         !rest.contains("list_changed"),
-        "an ended session hears nothing more: {rest}"
+        "nothing more after the notice it heard: {rest}"
     );
+}
+
+/// An open GET stream keeps its session alive past the idle time, up to the session's maximum
+/// age, when both end.
+#[tokio::test]
+async fn a_get_stream_keeps_its_session_alive_until_its_maximum_age() {
+    let server = TestServer::start_with(ServerOptions {
+        legacy_session_idle_secs: 2,
+        legacy_session_max_secs: 6,
+        ..ServerOptions::default()
+    })
+    .await;
+    let client = session(&server, json!({})).await;
+    let opened = std::time::Instant::now();
+    let stream = open_get_stream(&server, &client).await;
+    let mut body = text_of_stream(stream);
+    tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;
+    let alive = client.request("tools/list", json!({})).await;
+    assert_eq!(
+        alive.status, 200,
+        "3 s in, past its 2 s idle time, the session lives on its stream"
+    );
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while futures::StreamExt::next(&mut body).await.is_some() {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream ends with the session");
+    // Ages are counted in whole seconds from the second the session opened in.
+    assert!(
+        opened.elapsed() >= std::time::Duration::from_secs(5),
+        "not before the session's maximum age: {:?}",
+        opened.elapsed()
+    );
+    let gone = client.request("tools/list", json!({})).await;
+    assert_eq!(gone.status, 404, "the session is over");
 }
 
 #[tokio::test]

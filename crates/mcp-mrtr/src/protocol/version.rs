@@ -1,8 +1,9 @@
 //! Protocol revisions this server speaks, and the names of the `_meta` keys they use.
 
-/// The modern, stateless revision, served on every request outside a legacy session whose
-/// `_meta` carries one of its `io.modelcontextprotocol/…` keys, or whose `MCP-Protocol-Version`
-/// header names a revision that is not a legacy one.
+/// The modern, stateless revision, served on every request whose `MCP-Protocol-Version` header
+/// names a revision that is not a legacy one, and on every request outside a legacy session
+/// whose `_meta` carries one of its `io.modelcontextprotocol/…` keys (within one, whose `_meta`
+/// names its protocol version).
 pub const MODERN: &str = "2026-07-28";
 
 /// Revisions whose clients open a session with `initialize` (served by the `legacy` feature).

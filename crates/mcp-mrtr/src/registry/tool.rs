@@ -81,11 +81,16 @@ impl Tool {
         Self::new(name, description, move |ctx, _: NoArguments| handler(ctx))
     }
 
-    /// A tool with a hand-written input schema and raw JSON arguments.
+    /// A tool with a hand-written input schema and raw JSON arguments. The arguments are checked
+    /// against the schema before the handler sees them (the spec has servers validate every tool
+    /// input): arguments that do not fit get a tool error (`isError`) naming where, as a typed
+    /// tool's do.
     ///
     /// # Panics
     ///
-    /// As [`Tool::new`], for an `x-mcp-header` annotation that breaks the transport's rules.
+    /// When the schema does not compile as a JSON Schema or its root is not `type: "object"`
+    /// (what every `inputSchema` must be), and as [`Tool::new`], for an `x-mcp-header`
+    /// annotation that breaks the transport's rules.
     pub fn with_raw_schema<F, Fut>(
         name: &str,
         description: &str,
@@ -96,7 +101,22 @@ impl Tool {
         F: Fn(RequestContext, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<CallToolResult, HandlerError>> + Send + 'static,
     {
-        let boxed = move |ctx, args| -> BoxFuture<_> { Box::pin(handler(ctx, args)) };
+        assert!(
+            input_schema.get("type") == Some(&json!("object")),
+            "tool {name}: its input schema must have type \"object\" at its root"
+        );
+        let validator = jsonschema::validator_for(&input_schema)
+            .unwrap_or_else(|e| panic!("tool {name}: its input schema does not compile: {e}"));
+        let boxed = move |ctx, args: Value| -> BoxFuture<_> {
+            let misfit = validator
+                .iter_errors(&args)
+                .next()
+                .map(|misfit| schema_misfit(&misfit.instance_path().to_string(), &misfit));
+            match misfit {
+                None => Box::pin(handler(ctx, args)),
+                Some(message) => Box::pin(async move { Ok(CallToolResult::error(message)) }),
+            }
+        };
         Self::with_handler(name, description, input_schema, Arc::new(boxed))
     }
 
@@ -194,6 +214,18 @@ fn argument_error(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
     shortened(message, MESSAGE_LIMIT)
 }
 
+/// What a tool error says of arguments that do not fit a hand-written schema: where (a JSON
+/// pointer, empty for the whole) and why.
+fn schema_misfit(pointer: &str, why: &impl std::fmt::Display) -> String {
+    let message = if pointer.is_empty() {
+        format!("Invalid arguments: {why}")
+    } else {
+        format!("Invalid arguments: {pointer}: {why}")
+    };
+    // The message may quote the offending value, which the client chose the size of.
+    shortened(message, MESSAGE_LIMIT)
+}
+
 /// The arguments of a tool that takes none.
 #[derive(Debug, Default, serde::Deserialize, JsonSchema)]
 pub struct NoArguments {}
@@ -201,6 +233,24 @@ pub struct NoArguments {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[should_panic(expected = "tool loose: its input schema must have type \"object\" at its root")]
+    fn a_raw_schema_must_describe_an_object() {
+        let _ = Tool::with_raw_schema("loose", "Anything.", json!({}), |_, _| async {
+            Ok(CallToolResult::text("done"))
+        });
+    }
+
+    #[test]
+    #[should_panic(expected = "tool broken: its input schema does not compile")]
+    fn a_raw_schema_must_compile() {
+        let schema =
+            json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": "one"}}});
+        let _ = Tool::with_raw_schema("broken", "Broken.", schema, |_, _| async {
+            Ok(CallToolResult::text("done"))
+        });
+    }
 
     #[test]
     #[should_panic(expected = "tool lookup: x-mcp-header \"Two Words\" at region")]

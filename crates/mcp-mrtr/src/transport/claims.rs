@@ -44,6 +44,12 @@ impl<K: Hash + Eq + Clone, T> Claims<K, T> {
         (claim, replaced.map(|(_, value)| value))
     }
 
+    /// Withdraws the claim in force under `name`, if any, and returns what it held; its guard
+    /// then lets go of nothing.
+    pub(super) fn release(&self, name: &K) -> Option<T> {
+        self.lock().by_name.remove(name).map(|(_, value)| value)
+    }
+
     /// Runs `act` on what the claim in force under `name` holds, if there is one.
     pub(super) fn with(&self, name: &K, act: impl FnOnce(&T)) {
         if let Some((_, value)) = self.lock().by_name.get(name) {

@@ -144,15 +144,23 @@ pub fn check_params(
 }
 
 /// Whether `header` is `number` in value. Integers are compared exactly (as f64 they could not
-/// tell 2^53 from 2^53 + 1); other numbers as f64.
+/// tell 2^53 from 2^53 + 1), and one beyond what f64 holds exactly matches only its own digits
+/// (not `9007199254740992.0` for 9007199254740993); other numbers are compared as f64, so `42.0`
+/// is 42.
 fn same_number(header: &str, number: &serde_json::Number) -> bool {
+    /// The largest integer f64 holds exactly with all below it (2^53 - 1).
+    const EXACT_IN_F64: i128 = (1 << 53) - 1;
     let integer = number
         .as_i64()
         .map(i128::from)
         .or_else(|| number.as_u64().map(i128::from));
-    match (integer, header.parse::<i128>()) {
-        (Some(body), Ok(header)) => body == header,
-        _ => header.parse::<f64>().ok() == number.as_f64(),
+    match integer {
+        Some(body) if body.abs() > EXACT_IN_F64 => header == number.to_string(),
+        Some(body) => match header.parse::<i128>() {
+            Ok(header) => body == header,
+            Err(_) => header.parse::<f64>().ok() == number.as_f64(),
+        },
+        None => header.parse::<f64>().ok() == number.as_f64(),
     }
 }
 

@@ -167,13 +167,16 @@ pub(super) fn routes_here(headers: &HeaderMap, incoming: &Incoming) -> bool {
     !params.is_some_and(is_modern_meta)
 }
 
-/// Whether the `MCP-Protocol-Version` header names a legacy revision; `None` without one.
+/// Whether the `MCP-Protocol-Version` header names a legacy revision; `None` without one. Sent
+/// on more than one line, it names none (the modern wire refuses it as such).
 fn names_a_legacy_version(headers: &HeaderMap) -> Option<bool> {
-    let value = headers.get(&MCP_PROTOCOL_VERSION)?;
+    let mut lines = headers.get_all(&MCP_PROTOCOL_VERSION).iter();
+    let value = lines.next()?;
     Some(
-        value
-            .to_str()
-            .is_ok_and(|version| version::is_legacy(version.trim())),
+        lines.next().is_none()
+            && value
+                .to_str()
+                .is_ok_and(|version| version::is_legacy(version.trim())),
     )
 }
 
@@ -418,7 +421,9 @@ async fn initialize(
 
 /// Opens the session's stream of change notifications, when the session's owner and the server
 /// have room for one more. It takes the session's notices over from the session's earlier stream
-/// on this replica, which ends, and it ends when the session does.
+/// on this replica, which ends. While it is open the session stays alive (up to its longest
+/// lifetime); it ends when the session does: at once when the session is deleted here, within
+/// half the session's idle time otherwise.
 pub(super) async fn get(
     State(endpoint): State<Arc<Endpoint>>,
     uri: Uri,
@@ -429,62 +434,31 @@ pub(super) async fn get(
     let slot = endpoint.stream_room(&owner)?;
     let long_lived = endpoint.long_lived(slot, valid_until, None, None);
     let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
-    let mut events = endpoint.server.events().subscribe();
+    // The earlier stream stops before this one hears anything, so no notice goes to both.
     let mut claim = endpoint.legacy.streams.take_over(&session_id);
+    let mut events = endpoint.server.events().subscribe();
     let watcher = endpoint.clone();
     let task = tokio::spawn(async move {
+        let beat = (watcher.legacy.session_idle / 2).max(Duration::from_millis(100));
+        // The first check comes at once: the session may have ended since it was read.
+        let mut check = tokio::time::interval(beat);
         loop {
-            // Each event, and whether the session is known to subscribe to its resource.
-            let received = tokio::select! {
-                () = claim.superseded() => return,
-                received = events.recv() => received,
-            };
-            let heard = match received {
-                // Legacy sessions do not get tasks.
-                Ok(ServerEvent::TaskChanged(_)) => continue,
-                Ok(event) => vec![(event, false)],
-                Err(RecvError::Lagged(_)) => may_have_missed(&watcher, &session_id)
-                    .await
-                    .into_iter()
-                    .map(|event| (event, true))
-                    .collect(),
-                Err(RecvError::Closed) => return,
-            };
-            // Read once per notice: subscriptions may have changed on any replica since the
-            // stream opened, and a session that ended (DELETE, or its time) hears nothing more.
-            let session = match read(&watcher, &session_id).await {
-                Ok(Some(session)) => Some(session),
-                Ok(None) => return,
-                // The store cannot say: list changes still go out, updates on what is known.
-                Err(_) => None,
-            };
-            for (event, subscribed) in heard {
-                let message = match &event {
-                    ServerEvent::ToolsListChanged => {
-                        notification_bytes("notifications/tools/list_changed", &json!({}))
+            let next = async {
+                tokio::select! {
+                    _ = check.tick() => keep_open(&watcher, &session_id).await,
+                    received = events.recv() => {
+                        relay(&watcher, &session_id, received, &frames_tx).await
                     }
-                    ServerEvent::PromptsListChanged => {
-                        notification_bytes("notifications/prompts/list_changed", &json!({}))
-                    }
-                    ServerEvent::ResourcesListChanged => {
-                        notification_bytes("notifications/resources/list_changed", &json!({}))
-                    }
-                    ServerEvent::ResourceUpdated(uri) => {
-                        let subscribed = subscribed
-                            || session
-                                .as_ref()
-                                .is_some_and(|s| s.subscriptions.contains(uri));
-                        if !subscribed {
-                            continue;
-                        }
-                        let params = json!({ "uri": uri });
-                        notification_bytes("notifications/resources/updated", &params)
-                    }
-                    ServerEvent::TaskChanged(_) => continue,
-                };
-                if frames_tx.send(sse::frame(&message)).await.is_err() {
-                    return;
                 }
+            };
+            // A newer stream stops this one even halfway through its notices.
+            let going = tokio::select! {
+                biased;
+                () = claim.superseded() => false,
+                going = next => going,
+            };
+            if !going {
+                return;
             }
         }
     });
@@ -493,6 +467,83 @@ pub(super) async fn get(
         AbortOnDropHandle::new(task),
         Some(long_lived),
     ))
+}
+
+/// Whether a session with an open stream is still open, giving it its idle time again if so (a
+/// stream is use). A store that cannot answer leaves the stream open.
+async fn keep_open(endpoint: &Endpoint, session_id: &str) -> bool {
+    match read(endpoint, session_id).await {
+        Ok(None) => false,
+        Err(_) => true,
+        Ok(Some(session)) => match session.lifetime(&endpoint.legacy) {
+            None => false,
+            Some(lifetime) => endpoint
+                .legacy
+                .sessions
+                .touch_session(session_id, lifetime)
+                .await
+                .unwrap_or(true),
+        },
+    }
+}
+
+/// Sends a session's stream the notices `received` carries for it; `false` when the stream
+/// should end (the client left, or events end).
+async fn relay(
+    endpoint: &Endpoint,
+    session_id: &str,
+    received: Result<ServerEvent, RecvError>,
+    frames: &mpsc::Sender<Bytes>,
+) -> bool {
+    // Each event, and whether the session is known to subscribe to its resource.
+    let heard = match received {
+        // Legacy sessions do not get tasks.
+        Ok(ServerEvent::TaskChanged(_)) => return true,
+        Ok(event) => vec![(event, false)],
+        Err(RecvError::Lagged(_)) => may_have_missed(endpoint, session_id)
+            .await
+            .into_iter()
+            .map(|event| (event, true))
+            .collect(),
+        Err(RecvError::Closed) => return false,
+    };
+    // Read once per notice: subscriptions may have changed on any replica since the stream
+    // opened, and a session that ended (on any replica, or with its time) hears nothing more.
+    let session = match read(endpoint, session_id).await {
+        Ok(Some(session)) => Some(session),
+        Ok(None) => return false,
+        // The store cannot say: list changes still go out, updates on what is known.
+        Err(_) => None,
+    };
+    for (event, subscribed) in heard {
+        let message = match &event {
+            ServerEvent::ToolsListChanged => {
+                notification_bytes("notifications/tools/list_changed", &json!({}))
+            }
+            ServerEvent::PromptsListChanged => {
+                notification_bytes("notifications/prompts/list_changed", &json!({}))
+            }
+            ServerEvent::ResourcesListChanged => {
+                notification_bytes("notifications/resources/list_changed", &json!({}))
+            }
+            ServerEvent::ResourceUpdated(uri) => {
+                let subscribed = subscribed
+                    || session
+                        .as_ref()
+                        .is_some_and(|s| s.subscriptions.contains(uri));
+                if !subscribed {
+                    continue;
+                }
+                let params = json!({ "uri": uri });
+                notification_bytes("notifications/resources/updated", &params)
+            }
+            ServerEvent::TaskChanged(_) => continue,
+        };
+        if frames.send(sse::frame(&message)).await.is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 /// Every notice a session's stream that fell behind may have missed: the changes of each list
@@ -535,6 +586,7 @@ pub(super) async fn delete(
     let (session_id, _, _) = session_of(&endpoint, &uri, &headers).await?;
     match endpoint.legacy.sessions.delete_session(&session_id).await {
         Ok(()) => {
+            endpoint.legacy.streams.end(&session_id);
             if let Some(held_back) = SESSION_LINES.take() {
                 tracing::info!(session = %session_id, held_back, "legacy session ended");
             }
@@ -578,10 +630,12 @@ async fn session_of(
             WireError::refused(StatusCode::BAD_REQUEST, "Missing Mcp-Session-Id header")
         })?
         .to_owned();
-    if names_a_legacy_version(headers) == Some(false) {
-        let unsupported =
-            "MCP-Protocol-Version names a revision this server does not serve in sessions";
-        return Err(WireError::refused(StatusCode::BAD_REQUEST, unsupported));
+    // A repeated or unreadable header is -32020; a revision not served here -32022.
+    let named = header_text(headers, &MCP_PROTOCOL_VERSION)
+        .map_err(|e| WireError::from(e).with_status(StatusCode::BAD_REQUEST))?;
+    if let Some(named) = named.filter(|named| !version::is_legacy(named)) {
+        let refusal = ProtocolError::unsupported_version(named, &version::LEGACY_REVISIONS);
+        return Err(WireError::from(refusal).with_status(StatusCode::BAD_REQUEST));
     }
     let session = load(endpoint, &session_id, &principal).await?;
     Ok((session_id, session, valid_until))

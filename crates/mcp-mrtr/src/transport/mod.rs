@@ -166,7 +166,7 @@ impl Endpoint {
     }
 
     /// Room for one more of `owner`'s long-lived streams (`subscriptions/listen`, a legacy
-    /// session's `GET`), taken before anything is read for it.
+    /// session's `GET`); taking it may end the owner's oldest stream.
     fn stream_room(&self, owner: &Owner) -> Result<streams::StreamSlot, streams::ServerFull> {
         self.streams.open(owner)
     }

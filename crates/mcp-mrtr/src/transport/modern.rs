@@ -38,6 +38,9 @@ static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 static BAGGAGE: HeaderName = HeaderName::from_static("baggage");
 
+/// The header that names a legacy session (which a modern request ignores).
+const SESSION_ID: &str = "mcp-session-id";
+
 /// Serves a message of the 2026-07-28 wire from `caller`, signed in (every message needs the
 /// caller's credentials, as every HTTP request does: a notification or a response without them got
 /// 401 at the front door like a request), from `peer`.
@@ -48,6 +51,21 @@ pub(super) async fn post(
     accept: Accept,
     incoming: Incoming,
 ) -> Result<Response<Body>, WireError> {
+    if !matches!(incoming, Incoming::Request { .. }) {
+        // A request's version is checked with the rest of it; any other message of a revision
+        // this server does not serve (a legacy session's, say) is refused as such too.
+        if let Some(named) = header_text(headers, &MCP_PROTOCOL_VERSION)?
+            && !version::supported().contains(&named)
+        {
+            // Within a legacy session, what it may name instead are the legacy revisions.
+            let served: &[&str] = if cfg!(feature = "legacy") && headers.contains_key(SESSION_ID) {
+                &version::LEGACY_REVISIONS
+            } else {
+                version::supported()
+            };
+            return Err(ProtocolError::unsupported_version(named, served).into());
+        }
+    }
     match incoming {
         // No client notification is defined for this wire; accept and ignore, as the binding says.
         Incoming::Notification { .. } => Ok(accepted()),
@@ -234,8 +252,8 @@ async fn serve(
             registry.has_resources(),
             server.tasks().is_some(),
         );
-        // Room first: a listen the server has no room for is refused before any task is read.
-        let slot = endpoint.stream_room(&owner)?;
+        // A listen the server has no room for is refused before any task is read for it.
+        endpoint.streams.has_room(&owner)?;
         // Listening before the tasks are read: a change made after a read is heard.
         let events = server.events().subscribe();
         let mut first_reads = Vec::new();
@@ -243,6 +261,9 @@ async fn serve(
             first_reads = followable(tasks, &principal, &subscription.task_ids).await?;
             subscription.task_ids = first_reads.iter().map(|(id, _)| id.clone()).collect();
         }
+        // Room last: taking it may end the caller's oldest stream, which a listen that fails
+        // must not do.
+        let slot = endpoint.stream_room(&owner)?;
         let holder = (slot, valid_until);
         let heard = (events, first_reads);
         return Ok(listen(endpoint, subscription, principal, holder, heard));

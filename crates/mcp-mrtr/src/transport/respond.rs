@@ -36,7 +36,8 @@ pub(super) type Cancelled = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Runs the request in its own task and streams its notifications, then its response. Nothing is
 /// sent until the first frame exists, so a request that fails (or finishes) before notifying
-/// anything gets a plain JSON answer with the error's own HTTP status. When `cancelled`
+/// anything gets a plain JSON answer with the HTTP status its wire gives the error (its own on
+/// 2026-07-28; in a legacy session 200, or 500 for an internal one). When `cancelled`
 /// completes first, the handler is dropped and the stream ends without a response.
 pub(super) async fn streamed(
     endpoint: &Arc<Endpoint>,

@@ -31,6 +31,14 @@ impl SessionStreams {
     }
 }
 
+impl SessionStreams {
+    /// Ends the session's stream here, if it has one (the session ended).
+    pub(super) fn end(&self, session_id: &str) {
+        // Dropping its sender is what ends it.
+        drop(self.latest.release(&session_id.to_owned()));
+    }
+}
+
 /// A stream's hold on its session's notices, given up when it is dropped.
 pub(super) struct StreamClaim {
     _claim: Claim<String, oneshot::Sender<()>>,
@@ -53,7 +61,7 @@ mod tests {
         let streams = SessionStreams::default();
         let mut first = streams.take_over("s1");
         let mut other_session = streams.take_over("s2");
-        let _second = streams.take_over("s1");
+        let mut second = streams.take_over("s1");
         tokio::time::timeout(std::time::Duration::from_secs(1), first.superseded())
             .await
             .expect("the first stream of s1 is superseded");
@@ -63,5 +71,9 @@ mod tests {
         )
         .await;
         assert!(waiting.is_err(), "another session's stream goes on");
+        streams.end("s1");
+        tokio::time::timeout(std::time::Duration::from_secs(1), second.superseded())
+            .await
+            .expect("the stream of an ended session ends");
     }
 }

@@ -53,6 +53,19 @@ impl OpenStreams {
         })
     }
 
+    /// Whether [`open`](Self::open) would find a place for one more of `owner`'s streams (by
+    /// ending its oldest, if it must), changing nothing; a refusal counts as one.
+    pub(super) fn has_room(&self, owner: &Owner) -> Result<(), ServerFull> {
+        let open = self.lock();
+        let held = open.by_owner.get(owner).map_or(0, VecDeque::len);
+        if held < self.limits.per_owner && open.total >= self.limits.total {
+            drop(open);
+            observe::stream_refused();
+            return Err(ServerFull);
+        }
+        Ok(())
+    }
+
     /// A place for one more of `owner`'s streams, held until the slot is dropped. An owner that
     /// holds its whole share gets the place of its oldest stream, which is told to end; anyone
     /// else is refused when the server holds as many streams as it may.

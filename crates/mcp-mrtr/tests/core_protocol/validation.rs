@@ -306,6 +306,40 @@ async fn x_mcp_header_parameters_must_be_mirrored_exactly() {
     assert_eq!(sentinel.text(), "Region: eu-west");
 }
 
+/// Arguments of a tool with a hand-written schema are checked against it before its handler
+/// runs: what does not fit gets a tool error saying where.
+#[tokio::test]
+async fn raw_schema_arguments_are_checked_before_the_handler_runs() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let misfits = [
+        (json!({"region": "eu-west", "seats": "two"}), "/seats"),
+        (json!({"seats": 2}), "region"),
+    ];
+    for (arguments, named) in misfits {
+        let mut request = client
+            .request("tools/call")
+            .params(json!({"name": "regional", "arguments": arguments}));
+        if let Some(region) = arguments["region"].as_str() {
+            request = request.header("Mcp-Param-Region", region);
+        }
+        if let Some(seats) = arguments.get("seats") {
+            let seats = seats
+                .as_str()
+                .map_or_else(|| seats.to_string(), str::to_owned);
+            request = request.header("Mcp-Param-Seats", seats);
+        }
+        let reply = request.send().await;
+        assert_eq!(reply.status.as_u16(), 200, "{}", reply.body_text());
+        assert_eq!(reply.result()["isError"], true, "{}", reply.body_text());
+        let text = reply.text();
+        assert!(
+            text.starts_with("Invalid arguments") && text.contains(named),
+            "{arguments}: {text}"
+        );
+    }
+}
+
 /// A routing header sent twice is refused even when its first line matches the body: a proxy
 /// may route on the other line, or on both joined.
 #[tokio::test]
@@ -351,10 +385,13 @@ async fn integer_header_parameters_are_compared_exactly() {
             .header("Mcp-Param-Region", "eu-west")
             .header("Mcp-Param-Seats", seats)
     };
-    call("9007199254740992")
-        .send()
-        .await
-        .assert_error(400, -32020);
+    for near in [
+        "9007199254740992",
+        "9007199254740992.0",
+        "9.007199254740992e15",
+    ] {
+        call(near).send().await.assert_error(400, -32020);
+    }
     let exact = call("9007199254740993").send().await;
     assert_eq!(exact.status.as_u16(), 200, "{}", exact.body_text());
     assert_eq!(exact.text(), "Region: eu-west, seats: 9007199254740993");

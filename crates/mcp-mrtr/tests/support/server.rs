@@ -57,6 +57,9 @@ pub struct ServerOptions {
     pub state_keys: Option<String>,
     /// How long a legacy call waits for the client's answer.
     pub legacy_request_timeout_secs: u64,
+    /// How long a legacy session lives unused, and at most.
+    pub legacy_session_idle_secs: u64,
+    pub legacy_session_max_secs: u64,
     /// Most requests handled at once.
     pub max_concurrent_requests: usize,
     /// The `ttlMs` of cacheable results.
@@ -77,6 +80,8 @@ impl Default for ServerOptions {
             redis_url: None,
             state_keys: None,
             legacy_request_timeout_secs: 20,
+            legacy_session_idle_secs: 3600,
+            legacy_session_max_secs: 24 * 3600,
             max_concurrent_requests: 512,
             cache: CachePolicy::default(),
             readiness: Readiness::default(),
@@ -148,8 +153,8 @@ impl TestServer {
             keepalive: Duration::from_secs(options.keepalive_secs),
             max_concurrent_requests: options.max_concurrent_requests,
             legacy_request_timeout: Duration::from_secs(options.legacy_request_timeout_secs),
-            legacy_session_idle: Duration::from_secs(3600),
-            legacy_session_max: Duration::from_secs(24 * 3600),
+            legacy_session_idle: Duration::from_secs(options.legacy_session_idle_secs),
+            legacy_session_max: Duration::from_secs(options.legacy_session_max_secs),
             cache: options.cache,
             readiness: options.readiness,
             offer_tasks: options.offer_tasks,
