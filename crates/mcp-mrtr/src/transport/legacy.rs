@@ -39,7 +39,7 @@ use crate::protocol::{
     TraceCarrier, version,
 };
 use crate::server::{Era, RequestEnv, ServerEvent};
-use crate::store::{Owner, RedisEventRelay, SessionStore};
+use crate::store::{Owner, RedisEventRelay, SessionStore, StoreError};
 
 /// The most bytes of a client's `clientInfo` a session keeps (far more than a name and version).
 const MAX_CLIENT_INFO_BYTES: usize = 4096;
@@ -475,15 +475,7 @@ async fn keep_open(endpoint: &Endpoint, session_id: &str) -> bool {
     match read(endpoint, session_id).await {
         Ok(None) => false,
         Err(_) => true,
-        Ok(Some(session)) => match session.lifetime(&endpoint.legacy) {
-            None => false,
-            Some(lifetime) => endpoint
-                .legacy
-                .sessions
-                .touch_session(session_id, lifetime)
-                .await
-                .unwrap_or(true),
-        },
+        Ok(Some(session)) => renew(endpoint, session_id, &session).await.unwrap_or(true),
     }
 }
 
@@ -658,16 +650,7 @@ async fn load(
     };
     match read(endpoint, session_id).await {
         Ok(Some(session)) if session.principal == principal.id() => {
-            let Some(lifetime) = session.lifetime(&endpoint.legacy) else {
-                // Past its longest lifetime: it expires now, unread.
-                let sessions = &endpoint.legacy.sessions;
-                if sessions.delete_session(session_id).await.is_ok() {
-                    observe::Held::Sessions.lapsed(sessions.kind(), 1);
-                }
-                return Err(gone());
-            };
-            let sessions = &endpoint.legacy.sessions;
-            match sessions.touch_session(session_id, lifetime).await {
+            match renew(endpoint, session_id, &session).await {
                 Ok(true) => Ok(session),
                 Ok(false) => Err(gone()),
                 Err(e) => Err(unavailable(e.into())),
@@ -680,6 +663,23 @@ async fn load(
         Ok(None) => Err(gone()),
         Err(e) => Err(unavailable(e)),
     }
+}
+
+/// Gives `session` its idle time again; `false` when it is over: gone from the store, or past its
+/// longest lifetime, when it expires now, unread.
+async fn renew(
+    endpoint: &Endpoint,
+    session_id: &str,
+    session: &Session,
+) -> Result<bool, StoreError> {
+    let sessions = &endpoint.legacy.sessions;
+    let Some(lifetime) = session.lifetime(&endpoint.legacy) else {
+        if sessions.delete_session(session_id).await.is_ok() {
+            observe::Held::Sessions.lapsed(sessions.kind(), 1);
+        }
+        return Ok(false);
+    };
+    sessions.touch_session(session_id, lifetime).await
 }
 
 async fn read(endpoint: &Endpoint, session_id: &str) -> Result<Option<Session>, ProtocolError> {
