@@ -282,6 +282,32 @@ async fn a_cancelled_call_stops_without_a_response() {
     assert_eq!(still.status, 200, "the session goes on");
 }
 
+/// The lifecycle's rule: no server request before the client's `notifications/initialized`.
+/// Until then a tool is served as to a client that cannot be asked; after it, the same session
+/// is asked.
+#[tokio::test]
+async fn a_session_is_asked_nothing_before_it_says_initialized() {
+    let server = TestServer::start().await;
+    let client = LegacyClient::new(server.url(), None)
+        .open(elicitation())
+        .await;
+    let mut early = client.start_call("greet", json!({})).await;
+    let response = early.response().await;
+    assert_eq!(text_of(&response), "Hello, stranger!", "not asked");
+
+    assert_eq!(client.notify("notifications/initialized").await, 202);
+    let mut call = client.start_call("greet", json!({})).await;
+    let request = call.next_server_request().await;
+    assert_eq!(request["method"], "elicitation/create");
+    client
+        .answer(
+            &request["id"],
+            json!({"action": "accept", "content": {"name": "Ada"}}),
+        )
+        .await;
+    assert_eq!(text_of(&call.response().await), "Hello, Ada!");
+}
+
 #[tokio::test]
 async fn a_client_without_elicitation_is_never_asked() {
     let server = TestServer::start().await;

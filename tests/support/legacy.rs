@@ -154,7 +154,16 @@ impl LegacyClient {
     }
 
     /// `initialize` then `notifications/initialized`, declaring `capabilities`.
-    pub async fn initialize(mut self, capabilities: Value) -> Self {
+    pub async fn initialize(self, capabilities: Value) -> Self {
+        let opened = self.open(capabilities).await;
+        let initialized = opened.notify("notifications/initialized").await;
+        assert_eq!(initialized, 202);
+        opened
+    }
+
+    /// `initialize` alone, declaring `capabilities`: a session whose client has not yet said
+    /// `notifications/initialized`.
+    pub async fn open(mut self, capabilities: Value) -> Self {
         let body = json!({
             "jsonrpc": "2.0", "id": 0, "method": "initialize",
             "params": {"protocolVersion": LEGACY, "capabilities": capabilities, "clientInfo": {"name": "legacy-test-client", "version": "1.0.0"}}
@@ -171,8 +180,6 @@ impl LegacyClient {
             "session id is visible ASCII"
         );
         self.session_id = Some(session);
-        let initialized = self.notify("notifications/initialized").await;
-        assert_eq!(initialized, 202);
         self
     }
 

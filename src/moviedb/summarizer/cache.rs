@@ -16,18 +16,20 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::Context as _;
 use futures::FutureExt as _;
 use futures::future::{BoxFuture, Shared, WeakShared};
-use moka::future::Cache;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use self::redis_tier::RedisSummaries;
+use self::tiers::{Tiers, local_cache};
 use super::SummaryText;
 use crate::moviedb::model::Review;
-use crate::store::{RedisConnection, RedisStoreConfig, connect_redis, redis_query};
+use crate::store::RedisStoreConfig;
+
+mod redis_tier;
+mod tiers;
 
 /// Most summaries kept in this process.
 const LOCAL_CAPACITY: u64 = 10_000;
@@ -64,41 +66,6 @@ impl SummaryKey {
     }
 }
 
-/// A cached summary and the moment (Unix milliseconds) it stops being served.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Entry {
-    text: SummaryText,
-    expires_at_ms: i64,
-}
-
-impl Entry {
-    fn new(text: SummaryText, lifetime: Duration) -> Self {
-        let lifetime_ms = i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX);
-        Self {
-            text,
-            expires_at_ms: now_ms().saturating_add(lifetime_ms),
-        }
-    }
-
-    fn remaining(&self) -> Duration {
-        let left = self.expires_at_ms.saturating_sub(now_ms());
-        Duration::from_millis(u64::try_from(left).unwrap_or(0))
-    }
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
-/// Keeps each local entry until its own expiry (so an entry read from Redis does not outlive it).
-struct UntilItsExpiry;
-
-impl moka::Expiry<String, Entry> for UntilItsExpiry {
-    fn expire_after_create(&self, _: &String, entry: &Entry, _: Instant) -> Option<Duration> {
-        Some(entry.remaining())
-    }
-}
-
 /// How long a computed summary is kept, and by whom.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Keep {
@@ -127,39 +94,6 @@ pub struct SummaryCache {
     tiers: Tiers,
     /// The flight of each key being computed; weak, so a flight no caller waits for is dropped.
     flights: Mutex<HashMap<String, WeakShared<BoxFuture<'static, FlightOutput>>>>,
-}
-
-/// The local cache and, with Redis, the shared one; cheap to clone into a flight.
-#[derive(Clone)]
-struct Tiers {
-    local: Cache<String, Entry>,
-    shared: Option<Arc<RedisSummaries>>,
-}
-
-impl Tiers {
-    /// The entry under `key` here, or in Redis (which then fills this process's tier).
-    async fn lookup(&self, key: &SummaryKey) -> Option<Entry> {
-        if let Some(entry) = self.local.get(key.as_str()).await {
-            return Some(entry);
-        }
-        let entry = self.shared.as_ref()?.get(key).await?;
-        self.local
-            .insert(key.as_str().to_owned(), entry.clone())
-            .await;
-        Some(entry)
-    }
-
-    async fn store(&self, key: &SummaryKey, text: SummaryText, keep: Keep) {
-        let (lifetime, everywhere) = match keep {
-            Keep::Everywhere(lifetime) => (lifetime, true),
-            Keep::HereOnly(lifetime) => (lifetime, false),
-        };
-        let entry = Entry::new(text, lifetime);
-        if everywhere && let Some(shared) = &self.shared {
-            shared.put(key, &entry, lifetime).await;
-        }
-        self.local.insert(key.as_str().to_owned(), entry).await;
-    }
 }
 
 impl SummaryCache {
@@ -326,84 +260,6 @@ impl Drop for Waiting<'_> {
 /// The map of flights, even if a caller panicked while holding it (it is left consistent).
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn local_cache() -> Cache<String, Entry> {
-    Cache::builder()
-        .max_capacity(LOCAL_CAPACITY)
-        .expire_after(UntilItsExpiry)
-        .build()
-}
-
-/// The Redis tier: `GET` and `SET … PX`, each bounded by a timeout; failures are logged and
-/// treated as misses, so a Redis outage costs provider calls, never answers.
-struct RedisSummaries {
-    connection: RedisConnection,
-    prefix: String,
-    timeout: Duration,
-}
-
-impl RedisSummaries {
-    async fn connect(config: RedisStoreConfig) -> anyhow::Result<Self> {
-        let connected = connect_redis(&config)
-            .await
-            .context("connecting to Redis")?;
-        Ok(Self {
-            connection: connected.connection,
-            prefix: config.prefix,
-            timeout: config.timeout,
-        })
-    }
-
-    fn redis_key(&self, key: &SummaryKey) -> String {
-        format!("{}{}", self.prefix, key.as_str())
-    }
-
-    async fn get(&self, key: &SummaryKey) -> Option<Entry> {
-        let command = redis::cmd("GET").arg(self.redis_key(key)).clone();
-        let stored: Option<Vec<u8>> = self.run(&command).await?;
-        match serde_json::from_slice(&stored?) {
-            Ok(entry) => Some(entry),
-            Err(e) => {
-                tracing::warn!(
-                    key = key.as_str(),
-                    "ignoring an unreadable cached summary in Redis: {e}"
-                );
-                None
-            }
-        }
-    }
-
-    async fn put(&self, key: &SummaryKey, entry: &Entry, lifetime: Duration) {
-        let value = match serde_json::to_vec(entry) {
-            Ok(value) => value,
-            Err(e) => {
-                tracing::warn!(key = key.as_str(), "cannot encode a summary for Redis: {e}");
-                return;
-            }
-        };
-        let lifetime_ms = u64::try_from(lifetime.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let command = redis::cmd("SET")
-            .arg(self.redis_key(key))
-            .arg(value)
-            .arg("PX")
-            .arg(lifetime_ms)
-            .clone();
-        let _: Option<()> = self.run(&command).await;
-    }
-
-    /// Runs `command`; `None` (after a warning) when Redis fails or is too slow.
-    async fn run<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Option<T> {
-        match redis_query(&self.connection, self.timeout, command).await {
-            Ok(value) => Some(value),
-            Err(e) => {
-                tracing::warn!("summary cache in Redis unavailable, treating it as a miss: {e}");
-                None
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 
 mod cache;
 mod config;
+mod prompt;
 mod provider;
 
 pub use config::LlmArgs;
@@ -201,7 +202,7 @@ impl Summarizer {
         let words = self.lent_words(movie_id, reviews, model);
         match model.lender() {
             Some(lender) => {
-                let writer = format!("{LENT_MODEL}:{lender}|prompt {}", provider::PROMPT_VERSION);
+                let writer = format!("{LENT_MODEL}:{lender}|prompt {}", prompt::PROMPT_VERSION);
                 let key = SummaryKey::new(movie_id, &writer, reviews);
                 self.cache.get_or_compute_here(&key, words).await
             }
@@ -216,13 +217,13 @@ impl Summarizer {
         reviews: &[Review],
         model: &dyn LentModel,
     ) -> anyhow::Result<(SummaryText, Keep)> {
-        let prompt = provider::prompt(movie_id, reviews);
+        let prompt = prompt::prompt(movie_id, reviews);
         match model
-            .complete(provider::INSTRUCTIONS, &prompt, LENT_MODEL_MAX_TOKENS)
+            .complete(prompt::INSTRUCTIONS, &prompt, LENT_MODEL_MAX_TOKENS)
             .await
         {
             Some(answer) => Ok((
-                provider::parse_answer(&answer),
+                prompt::parse_answer(&answer),
                 Keep::Everywhere(self.lifetimes.provider),
             )),
             None => {

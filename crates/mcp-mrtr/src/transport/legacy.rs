@@ -122,6 +122,15 @@ struct Session {
     opened_at: u64,
     log_level: Option<String>,
     subscriptions: Vec<String>,
+    /// Whether the client has sent `notifications/initialized`. Until it has, the server sends
+    /// it no requests (the lifecycle's rule): its tools are served as to a client that cannot
+    /// be asked. A record from before this field is of an initialized session.
+    #[serde(default = "initialized_before_the_field")]
+    initialized: bool,
+}
+
+fn initialized_before_the_field() -> bool {
+    true
 }
 
 fn unix_now() -> u64 {
@@ -234,6 +243,15 @@ pub(super) async fn post(
                 // Calls running here stop; one on another replica runs to its end.
                 endpoint.legacy.calls.cancel(&session_id, request_id);
             }
+            if method == "notifications/initialized" && !session.initialized {
+                let session = Session {
+                    initialized: true,
+                    ..session
+                };
+                save(endpoint, &session_id, &session)
+                    .await
+                    .map_err(|e| WireError::from(e).with_status(StatusCode::SERVICE_UNAVAILABLE))?;
+            }
             Ok(accepted())
         }
         Incoming::Response { id, outcome } => {
@@ -314,10 +332,17 @@ async fn serve_request(
         }
         _ => {}
     }
+    // Before `notifications/initialized` the client may be sent no requests, so it is served as
+    // one that declared no capability to answer them.
+    let capabilities = if session.initialized {
+        ClientCapabilities::from_object(&session.capabilities)
+    } else {
+        ClientCapabilities::default()
+    };
     let meta = RequestMeta {
         protocol_version: session.version.clone(),
         client_info: session.client_info.clone(),
-        capabilities: ClientCapabilities::from_object(&session.capabilities),
+        capabilities,
         log_level: session.log_level.as_deref().and_then(LogLevel::parse),
         progress_token: params
             .get("_meta")
@@ -393,6 +418,7 @@ async fn initialize(
         opened_at: unix_now(),
         log_level: None,
         subscriptions: Vec::new(),
+        initialized: false,
     };
     let session_id = crate::store::ContinuationId::random().to_hex();
     if let Err(e) = save(endpoint, &session_id, &session).await {
