@@ -987,6 +987,40 @@ mod movies {
         );
     }
 
+    /// A client's `notifications/cancelled` POSTed to the replica that does not run the call
+    /// reaches the one that does: the call stops while it waits for the user, its stream ends
+    /// without a response, and nothing is written (the fallback is not taken).
+    #[tokio::test]
+    async fn a_cancellation_posted_to_another_replica_stops_the_call() {
+        let mut replicas = replicas().await;
+        let on_first = legacy_session(&mut replicas, 1, "dee", json!({"elicitation": {}})).await;
+        let on_second = on_first.at(replicas.replica(2).url());
+
+        let mut call = on_first
+            .start_call("addToWatchlist", json!({"subject": {"movieId": "6"}}))
+            .await;
+        let request = call.next_server_request().await;
+        assert_eq!(request["method"], "elicitation/create");
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                            "params": {"requestId": call.id, "reason": "the user gave up"}});
+        let sent = on_second
+            .send_raw("notifications/cancelled", &cancel, false)
+            .await;
+        assert_eq!(sent.status, 202);
+        // Not cancelled, the call would answer after its 2 s wait, with the fallback saved.
+        let rest = call.rest().await;
+        assert!(
+            rest.iter()
+                .all(|message| message.get("id") != Some(&call.id)),
+            "no response after the cancellation: {rest:?}"
+        );
+        assert_eq!(
+            replicas.database.watchlist_rows("dee").await,
+            0,
+            "nothing saved"
+        );
+    }
+
     #[tokio::test]
     async fn an_answer_posted_to_another_replica_reaches_the_waiting_call() {
         let mut replicas = replicas().await;

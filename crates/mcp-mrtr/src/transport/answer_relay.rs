@@ -1,6 +1,7 @@
 //! Legacy clients' answers on their way between replicas (feature `legacy`). A legacy client may
 //! POST its answer to any replica; one with no call waiting for it publishes it to every replica
-//! sharing Redis, and the replica whose call waits takes it.
+//! sharing Redis, and the replica whose call waits takes it. Its `notifications/cancelled` for a
+//! call that does not run where it lands travels the same way, to the replica that runs it.
 //!
 //! An answer is relayed only while its question's wait may still be on, and each question's
 //! answer at most once: this replica remembers the ids of the answers it took or relayed, and a
@@ -22,14 +23,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
+use super::running_calls::RunningCalls;
 use crate::log_budget::LogBudget;
 use crate::mrtr::{ClientAnswer, PendingAnswers};
 use crate::protocol::error::excerpt;
-use crate::store::{RedisEventRelay, RelayPublisher};
+use crate::store::{RedisEventRelay, RelayPublisher, StoreError};
 
 /// Largest answer to one question that is relayed: a form's content or a completion fits many
 /// times over, and every replica receives each relayed answer.
 const MAX_RELAYED_ANSWER_BYTES: usize = 64 * 1024;
+/// Largest cancellation relayed: a session id and a request id of any sensible length.
+const MAX_RELAYED_CANCELLATION_BYTES: usize = 1024;
 /// Answers waiting to be published; past that, answers are dropped (and their calls fall back).
 const OUTBOX: usize = 256;
 /// Ids this replica remembers; the oldest are forgotten first, and only the Redis marker then
@@ -43,6 +47,23 @@ const MARKED_RECHECK: Duration = Duration::from_secs(1);
 pub(super) struct AnswerRelay {
     outbox: mpsc::Sender<Outgoing>,
     seen: Arc<SeenIds>,
+}
+
+/// What travels between replicas: a cancellation (told apart by its `cancel` field), or an
+/// answer.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum Relayed {
+    Cancellation { cancel: CancelledCall },
+    Answer(RelayedAnswer),
+}
+
+/// A client's `notifications/cancelled`: its session, and the id of the request it cancels.
+#[derive(Serialize, Deserialize)]
+struct CancelledCall {
+    session: String,
+    #[serde(rename = "requestId")]
+    request_id: Value,
 }
 
 /// An answer as relayed: the JSON-RPC response's `id`, and its `result` or its `error`.
@@ -93,8 +114,15 @@ impl RelayedAnswer {
     }
 }
 
+/// What is on its way out.
+enum Outgoing {
+    Answer(OutgoingAnswer),
+    /// A cancellation, as sent: published as it is (the call it names may run anywhere).
+    Cancellation(Vec<u8>),
+}
+
 /// An answer on its way out.
-struct Outgoing {
+struct OutgoingAnswer {
     id: String,
     /// When the question's wait is over: the relay's marker lasts until then.
     deadline: SystemTime,
@@ -144,7 +172,12 @@ static TROUBLE: LogBudget = LogBudget::new();
 impl AnswerRelay {
     /// Starts relaying: publishing answers handed to [`send`](Self::send), and delivering the
     /// answers other replicas publish to the calls waiting in `pending`.
-    pub(super) fn start(relay: RedisEventRelay, pending: Arc<PendingAnswers>) -> Self {
+    /// Cancellations other replicas publish stop the calls of `calls` they name.
+    pub(super) fn start(
+        relay: RedisEventRelay,
+        pending: Arc<PendingAnswers>,
+        calls: RunningCalls,
+    ) -> Self {
         let (outbox, outgoing) = mpsc::channel(OUTBOX);
         let seen = Arc::new(SeenIds::new());
         // Publishing ends when this relay is dropped; delivering then ends with it.
@@ -155,7 +188,7 @@ impl AnswerRelay {
             seen.clone(),
             publishing,
         ));
-        tokio::spawn(deliver_all(relay, pending, publishing_ended));
+        tokio::spawn(deliver_all(relay, pending, calls, publishing_ended));
         Self { outbox, seen }
     }
 
@@ -192,11 +225,11 @@ impl AnswerRelay {
             }
             return;
         }
-        let outgoing = Outgoing {
+        let outgoing = Outgoing::Answer(OutgoingAnswer {
             id: id.to_owned(),
             deadline,
             wire,
-        };
+        });
         if self.outbox.try_send(outgoing).is_err() {
             // Not sent: the same answer sent again may be.
             self.seen.forget(id);
@@ -205,9 +238,38 @@ impl AnswerRelay {
             }
         }
     }
+
+    /// Sends the cancellation of call `request_id` of `session` to every replica, for the one
+    /// that runs it; unless it is too large to be a real one.
+    pub(super) fn cancel(&self, session: &str, request_id: &Value) {
+        let cancelled = Relayed::Cancellation {
+            cancel: CancelledCall {
+                session: session.to_owned(),
+                request_id: request_id.clone(),
+            },
+        };
+        let Ok(wire) = serde_json::to_vec(&cancelled) else {
+            return;
+        };
+        if wire.len() > MAX_RELAYED_CANCELLATION_BYTES {
+            tracing::debug!(
+                bytes = wire.len(),
+                "a cancellation too large to relay; dropped"
+            );
+            return;
+        }
+        if self.outbox.try_send(Outgoing::Cancellation(wire)).is_err()
+            && let Some(held_back) = TROUBLE.take()
+        {
+            tracing::warn!(
+                held_back,
+                "answer relay is backed up; dropped a cancellation"
+            );
+        }
+    }
 }
 
-/// Publishes the answers in `outgoing`, each only if no replica relayed it before, until the
+/// Publishes what is in `outgoing` (answers only if no replica relayed them before) until the
 /// relay is dropped.
 async fn publish_all(
     publisher: RelayPublisher,
@@ -215,53 +277,66 @@ async fn publish_all(
     seen: Arc<SeenIds>,
     _publishing: oneshot::Sender<()>,
 ) {
-    while let Some(answer) = outgoing.recv().await {
-        let Ok(lasting) = answer.deadline.duration_since(SystemTime::now()) else {
-            tracing::debug!(id = %excerpt(&answer.id), "an answer whose question's wait ended in the outbox; dropped");
-            continue;
-        };
-        let published = match publisher.first_claim(&answer.id, lasting).await {
-            Ok(true) => match publisher.publish(&answer.wire).await {
-                Ok(_) => Ok(()),
-                Err(e) => {
-                    // Nothing went out, as far as can be told: let the same answer sent again
-                    // go, here or elsewhere. (A publish that reached Redis but timed out here
-                    // makes that copy a second one.)
-                    seen.forget(&answer.id);
-                    let _ = publisher.release_claim(&answer.id).await;
-                    Err(e)
-                }
-            },
-            Ok(false) => {
-                // Another replica holds the claim; it gives it back if its relay fails, and a
-                // copy sent after that may go.
-                let recheck = (SystemTime::now() + MARKED_RECHECK).min(answer.deadline);
-                seen.hold(&answer.id, recheck);
-                tracing::debug!(id = %excerpt(&answer.id), "an answer another replica relayed; dropped");
-                Ok(())
-            }
-            Err(e) => {
-                // A claim that timed out after Redis made it stays until the deadline.
-                seen.forget(&answer.id);
-                Err(e)
-            }
+    while let Some(next) = outgoing.recv().await {
+        let published = match next {
+            Outgoing::Answer(answer) => publish_answer(&publisher, &seen, answer).await,
+            Outgoing::Cancellation(wire) => publisher.publish(&wire).await.map(drop),
         };
         if let Err(e) = published
             && let Some(held_back) = TROUBLE.take()
         {
             tracing::warn!(
                 held_back,
-                "could not relay a client's answer to the other replicas: {e}"
+                "could not relay a client's message to the other replicas: {e}"
             );
         }
     }
 }
 
-/// Hands each answer any replica relays to the call waiting for it here, if there is one, until
-/// publishing ends.
+/// Publishes `answer`, unless a replica relayed it before.
+async fn publish_answer(
+    publisher: &RelayPublisher,
+    seen: &SeenIds,
+    answer: OutgoingAnswer,
+) -> Result<(), StoreError> {
+    let Ok(lasting) = answer.deadline.duration_since(SystemTime::now()) else {
+        tracing::debug!(id = %excerpt(&answer.id), "an answer whose question's wait ended in the outbox; dropped");
+        return Ok(());
+    };
+    match publisher.first_claim(&answer.id, lasting).await {
+        Ok(true) => match publisher.publish(&answer.wire).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // Nothing went out, as far as can be told: let the same answer sent again
+                // go, here or elsewhere. (A publish that reached Redis but timed out here
+                // makes that copy a second one.)
+                seen.forget(&answer.id);
+                let _ = publisher.release_claim(&answer.id).await;
+                Err(e)
+            }
+        },
+        Ok(false) => {
+            // Another replica holds the claim; it gives it back if its relay fails, and a
+            // copy sent after that may go.
+            let recheck = (SystemTime::now() + MARKED_RECHECK).min(answer.deadline);
+            seen.hold(&answer.id, recheck);
+            tracing::debug!(id = %excerpt(&answer.id), "an answer another replica relayed; dropped");
+            Ok(())
+        }
+        Err(e) => {
+            // A claim that timed out after Redis made it stays until the deadline.
+            seen.forget(&answer.id);
+            Err(e)
+        }
+    }
+}
+
+/// Hands each answer any replica relays to the call waiting for it here, and each cancellation
+/// to the call it names, if there is one, until publishing ends.
 async fn deliver_all(
     mut relay: RedisEventRelay,
     pending: Arc<PendingAnswers>,
+    calls: RunningCalls,
     mut publishing_ended: oneshot::Receiver<()>,
 ) {
     loop {
@@ -270,15 +345,18 @@ async fn deliver_all(
             _ = &mut publishing_ended => None,
         };
         let Some(payload) = payload else { return };
-        let Some((id, answer)) = serde_json::from_slice::<RelayedAnswer>(&payload)
-            .ok()
-            .and_then(RelayedAnswer::into_answer)
-        else {
-            tracing::warn!("ignored an unreadable relayed answer");
-            continue;
-        };
-        // Every replica hears every answer; only the one whose call waits takes it.
-        let _ = pending.deliver(&id, answer);
+        // Every replica hears everything; only the one whose call waits (or runs) takes it.
+        match serde_json::from_slice::<Relayed>(&payload) {
+            Ok(Relayed::Cancellation { cancel }) => {
+                calls.cancel(&cancel.session, &cancel.request_id);
+            }
+            Ok(Relayed::Answer(relayed)) => {
+                if let Some((id, answer)) = relayed.into_answer() {
+                    let _ = pending.deliver(&id, answer);
+                }
+            }
+            Err(_) => tracing::warn!("ignored an unreadable message from the answer relay"),
+        }
     }
 }
 
@@ -313,6 +391,34 @@ mod tests {
         let empty: RelayedAnswer =
             serde_json::from_str(r#"{"id":"server-q-1"}"#).expect("an id alone reads");
         assert_eq!(empty.into_answer(), None, "neither a result nor an error");
+    }
+
+    #[test]
+    fn a_cancellation_and_an_answer_read_back_as_what_they_are() {
+        let cancelled = Relayed::Cancellation {
+            cancel: CancelledCall {
+                session: "s1".into(),
+                request_id: Value::from(7),
+            },
+        };
+        let wire = serde_json::to_vec(&cancelled).expect("a cancellation serializes");
+        let Ok(Relayed::Cancellation { cancel }) = serde_json::from_slice::<Relayed>(&wire) else {
+            panic!("a cancellation reads back as one");
+        };
+        assert_eq!(
+            (cancel.session.as_str(), cancel.request_id),
+            ("s1", Value::from(7))
+        );
+        let answer = serde_json::json!({"action": "accept", "content": {"cancel": true}});
+        let wire = serde_json::to_vec(&RelayedAnswer::new("server-q-1", Ok(answer.clone())))
+            .expect("an answer serializes");
+        let Ok(Relayed::Answer(relayed)) = serde_json::from_slice::<Relayed>(&wire) else {
+            panic!("an answer reads back as one");
+        };
+        assert_eq!(
+            relayed.into_answer(),
+            Some(("server-q-1".to_owned(), Ok(answer)))
+        );
     }
 
     #[test]

@@ -50,11 +50,15 @@ impl<K: Hash + Eq + Clone, T> Claims<K, T> {
         self.lock().by_name.remove(name).map(|(_, value)| value)
     }
 
-    /// Runs `act` on what the claim in force under `name` holds, if there is one.
-    pub(super) fn with(&self, name: &K, act: impl FnOnce(&T)) {
-        if let Some((_, value)) = self.lock().by_name.get(name) {
+    /// Runs `act` on what the claim in force under `name` holds, if there is one; whether there
+    /// was.
+    pub(super) fn with(&self, name: &K, act: impl FnOnce(&T)) -> bool {
+        let claims = self.lock();
+        let held = claims.by_name.get(name);
+        if let Some((_, value)) = held {
             act(value);
         }
+        held.is_some()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner<K, T>> {

@@ -88,11 +88,12 @@ impl LegacyWire {
     /// Takes the legacy settings out of `options`, starting the answer relay when there is one.
     pub(super) fn start(options: &mut TransportOptions) -> Self {
         let pending: Arc<PendingAnswers> = Arc::default();
+        let calls = RunningCalls::default();
         let answers_elsewhere = options
             .legacy
             .answer_relay
             .take()
-            .map(|relay| AnswerRelay::start(relay, pending.clone()));
+            .map(|relay| AnswerRelay::start(relay, pending.clone(), calls.clone()));
         Self {
             request_timeout: options.legacy.request_timeout,
             session_idle: options.legacy.session_idle,
@@ -101,7 +102,7 @@ impl LegacyWire {
             pending,
             answers_elsewhere,
             streams: SessionStreams::default(),
-            calls: RunningCalls::default(),
+            calls,
         }
     }
 }
@@ -240,8 +241,14 @@ pub(super) async fn post(
             if method == "notifications/cancelled"
                 && let Some(request_id) = params.get("requestId")
             {
-                // Calls running here stop; one on another replica runs to its end.
-                endpoint.legacy.calls.cancel(&session_id, request_id);
+                // A call running here stops; one on another replica hears of it through the
+                // relay, when there is one.
+                let legacy = &endpoint.legacy;
+                if !legacy.calls.cancel(&session_id, request_id)
+                    && let Some(relay) = &legacy.answers_elsewhere
+                {
+                    relay.cancel(&session_id, request_id);
+                }
             }
             if method == "notifications/initialized" && !session.initialized {
                 let session = Session {

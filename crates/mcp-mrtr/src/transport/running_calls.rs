@@ -1,6 +1,7 @@
 //! The streamed calls of 2025-11-25 sessions running on this replica, so that a client's
 //! `notifications/cancelled` stops the one it names: the handler is dropped and its stream ends
-//! without a response, as the spec asks of the receiver of a cancellation.
+//! without a response, as the spec asks of the receiver of a cancellation. A cancellation
+//! POSTed to another replica reaches this one through the answer relay.
 
 use std::sync::Arc;
 
@@ -13,8 +14,8 @@ use crate::protocol::RequestId;
 /// A call's name: its session, and its JSON-RPC id as written (so `1` and `"1"` differ).
 type CallName = (String, String);
 
-/// The cancellable calls running here.
-#[derive(Default)]
+/// The cancellable calls running here; clones share them.
+#[derive(Default, Clone)]
 pub(super) struct RunningCalls {
     calls: Arc<Claims<CallName, CancellationToken>>,
 }
@@ -32,10 +33,11 @@ impl RunningCalls {
         }
     }
 
-    /// Cancels the call of `session_id` whose id is `request_id`, if it runs here.
-    pub(super) fn cancel(&self, session_id: &str, request_id: &Value) {
+    /// Cancels the call of `session_id` whose id is `request_id`; `false` if it does not run
+    /// here.
+    pub(super) fn cancel(&self, session_id: &str, request_id: &Value) -> bool {
         let name = (session_id.to_owned(), request_id.to_string());
-        self.calls.with(&name, CancellationToken::cancel);
+        self.calls.with(&name, CancellationToken::cancel)
     }
 }
 
@@ -63,7 +65,8 @@ mod tests {
         let first = calls.start("s1", &id(Value::from(1)));
         let same_id_as_text = calls.start("s1", &id(Value::from("1")));
         let other_session = calls.start("s2", &id(Value::from(1)));
-        calls.cancel("s1", &Value::from(1));
+        assert!(calls.cancel("s1", &Value::from(1)));
+        assert!(!calls.cancel("s3", &Value::from(1)), "no such call here");
         assert!(first.token.is_cancelled());
         assert!(!same_id_as_text.token.is_cancelled());
         assert!(!other_session.token.is_cancelled());
