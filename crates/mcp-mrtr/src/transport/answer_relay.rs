@@ -9,6 +9,10 @@
 //! it again. A client sending one answer over and over cannot make every replica read each copy,
 //! nor crowd other clients' answers out of the outbox.
 //!
+//! Cancellations have an outbox of their own, small, whose overflow is dropped: a client
+//! flooding them costs other clients' answers nothing. A replica relays each (session, request)
+//! cancellation once a minute at most; every replica reads each one relayed.
+//!
 //! The price: pub/sub keeps nothing, so an answer published while the asking replica was
 //! resubscribing is lost, and the same answer sent again is not relayed; its call takes its
 //! fallback. A relay that fails gives its claim back, so the answer sent again can go (a replica
@@ -36,6 +40,10 @@ const MAX_RELAYED_ANSWER_BYTES: usize = 64 * 1024;
 const MAX_RELAYED_CANCELLATION_BYTES: usize = 1024;
 /// Answers waiting to be published; past that, answers are dropped (and their calls fall back).
 const OUTBOX: usize = 256;
+/// Cancellations waiting to be published; past that, they are dropped (their calls run on).
+const CANCELLATION_OUTBOX: usize = 32;
+/// How long a replica refuses to relay the same cancellation again.
+const CANCELLATION_REPEAT: Duration = Duration::from_secs(60);
 /// Ids this replica remembers; the oldest are forgotten first, and only the Redis marker then
 /// stops a copy of theirs.
 const REMEMBERED: usize = 4096;
@@ -47,6 +55,10 @@ const MARKED_RECHECK: Duration = Duration::from_secs(1);
 pub(super) struct AnswerRelay {
     outbox: mpsc::Sender<Outgoing>,
     seen: Arc<SeenIds>,
+    /// Cancellations, as sent, on their way out.
+    cancellations: mpsc::Sender<Vec<u8>>,
+    /// The cancellations relayed from here lately.
+    cancelled: SeenIds,
 }
 
 /// What travels between replicas: a cancellation (told apart by its `cancel` field), or an
@@ -114,15 +126,8 @@ impl RelayedAnswer {
     }
 }
 
-/// What is on its way out.
-enum Outgoing {
-    Answer(OutgoingAnswer),
-    /// A cancellation, as sent: published as it is (the call it names may run anywhere).
-    Cancellation(Vec<u8>),
-}
-
 /// An answer on its way out.
-struct OutgoingAnswer {
+struct Outgoing {
     id: String,
     /// When the question's wait is over: the relay's marker lasts until then.
     deadline: SystemTime,
@@ -179,7 +184,9 @@ impl AnswerRelay {
         calls: RunningCalls,
     ) -> Self {
         let (outbox, outgoing) = mpsc::channel(OUTBOX);
+        let (cancellations, cancelling) = mpsc::channel(CANCELLATION_OUTBOX);
         let seen = Arc::new(SeenIds::new());
+        tokio::spawn(publish_cancellations(relay.publisher(), cancelling));
         // Publishing ends when this relay is dropped; delivering then ends with it.
         let (publishing, publishing_ended) = oneshot::channel();
         tokio::spawn(publish_all(
@@ -189,7 +196,12 @@ impl AnswerRelay {
             publishing,
         ));
         tokio::spawn(deliver_all(relay, pending, calls, publishing_ended));
-        Self { outbox, seen }
+        Self {
+            outbox,
+            seen,
+            cancellations,
+            cancelled: SeenIds::new(),
+        }
     }
 
     /// Notes that the answer to question `id` was taken here, so that copies sent here again are
@@ -225,11 +237,11 @@ impl AnswerRelay {
             }
             return;
         }
-        let outgoing = Outgoing::Answer(OutgoingAnswer {
+        let outgoing = Outgoing {
             id: id.to_owned(),
             deadline,
             wire,
-        });
+        };
         if self.outbox.try_send(outgoing).is_err() {
             // Not sent: the same answer sent again may be.
             self.seen.forget(id);
@@ -240,7 +252,7 @@ impl AnswerRelay {
     }
 
     /// Sends the cancellation of call `request_id` of `session` to every replica, for the one
-    /// that runs it; unless it is too large to be a real one.
+    /// that runs it; unless it is too large to be a real one, or went out from here lately.
     pub(super) fn cancel(&self, session: &str, request_id: &Value) {
         let cancelled = Relayed::Cancellation {
             cancel: CancelledCall {
@@ -258,18 +270,27 @@ impl AnswerRelay {
             );
             return;
         }
-        if self.outbox.try_send(Outgoing::Cancellation(wire)).is_err()
-            && let Some(held_back) = TROUBLE.take()
+        let name = String::from_utf8_lossy(&wire).into_owned();
+        if !self
+            .cancelled
+            .remember(&name, SystemTime::now() + CANCELLATION_REPEAT)
         {
-            tracing::warn!(
-                held_back,
-                "answer relay is backed up; dropped a cancellation"
-            );
+            tracing::debug!("a cancellation relayed lately; dropped");
+            return;
+        }
+        if self.cancellations.try_send(wire).is_err() {
+            self.cancelled.forget(&name);
+            if let Some(held_back) = TROUBLE.take() {
+                tracing::warn!(
+                    held_back,
+                    "answer relay is backed up; dropped a cancellation"
+                );
+            }
         }
     }
 }
 
-/// Publishes what is in `outgoing` (answers only if no replica relayed them before) until the
+/// Publishes the answers in `outgoing`, each only if no replica relayed it before, until the
 /// relay is dropped.
 async fn publish_all(
     publisher: RelayPublisher,
@@ -277,17 +298,27 @@ async fn publish_all(
     seen: Arc<SeenIds>,
     _publishing: oneshot::Sender<()>,
 ) {
-    while let Some(next) = outgoing.recv().await {
-        let published = match next {
-            Outgoing::Answer(answer) => publish_answer(&publisher, &seen, answer).await,
-            Outgoing::Cancellation(wire) => publisher.publish(&wire).await.map(drop),
-        };
-        if let Err(e) = published
+    while let Some(answer) = outgoing.recv().await {
+        if let Err(e) = publish_answer(&publisher, &seen, answer).await
             && let Some(held_back) = TROUBLE.take()
         {
             tracing::warn!(
                 held_back,
-                "could not relay a client's message to the other replicas: {e}"
+                "could not relay a client's answer to the other replicas: {e}"
+            );
+        }
+    }
+}
+
+/// Publishes the cancellations in `outgoing` until the relay is dropped.
+async fn publish_cancellations(publisher: RelayPublisher, mut outgoing: mpsc::Receiver<Vec<u8>>) {
+    while let Some(wire) = outgoing.recv().await {
+        if let Err(e) = publisher.publish(&wire).await
+            && let Some(held_back) = TROUBLE.take()
+        {
+            tracing::warn!(
+                held_back,
+                "could not relay a client's cancellation to the other replicas: {e}"
             );
         }
     }
@@ -297,7 +328,7 @@ async fn publish_all(
 async fn publish_answer(
     publisher: &RelayPublisher,
     seen: &SeenIds,
-    answer: OutgoingAnswer,
+    answer: Outgoing,
 ) -> Result<(), StoreError> {
     let Ok(lasting) = answer.deadline.duration_since(SystemTime::now()) else {
         tracing::debug!(id = %excerpt(&answer.id), "an answer whose question's wait ended in the outbox; dropped");
@@ -355,7 +386,14 @@ async fn deliver_all(
                     let _ = pending.deliver(&id, answer);
                 }
             }
-            Err(_) => tracing::warn!("ignored an unreadable message from the answer relay"),
+            Err(_) => {
+                if let Some(held_back) = TROUBLE.take() {
+                    tracing::warn!(
+                        held_back,
+                        "ignored an unreadable message from the answer relay"
+                    );
+                }
+            }
         }
     }
 }
@@ -418,6 +456,16 @@ mod tests {
         assert_eq!(
             relayed.into_answer(),
             Some(("server-q-1".to_owned(), Ok(answer)))
+        );
+        let wire = serde_json::to_vec(&RelayedAnswer::new("server-q-2", Ok(Value::Null)))
+            .expect("a null answer serializes");
+        let Ok(Relayed::Answer(relayed)) = serde_json::from_slice::<Relayed>(&wire) else {
+            panic!("a null answer reads back as an answer");
+        };
+        assert_eq!(
+            relayed.into_answer(),
+            Some(("server-q-2".to_owned(), Ok(Value::Null))),
+            "a null result is an answer through the envelope too"
         );
     }
 

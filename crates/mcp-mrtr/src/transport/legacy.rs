@@ -134,6 +134,11 @@ fn initialized_before_the_field() -> bool {
     true
 }
 
+/// How long after `initialize` a session is served as initialized even without its
+/// notification: by then a client is not setting up any more, and the notification may have been
+/// lost (a write of the session racing its own, or a replica from before this rule).
+const INITIALIZED_AT_THE_LATEST: Duration = Duration::from_secs(10);
+
 fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -141,6 +146,13 @@ fn unix_now() -> u64 {
 }
 
 impl Session {
+    /// Whether the client may be sent requests: it said `notifications/initialized`, or it
+    /// opened the session [`INITIALIZED_AT_THE_LATEST`] ago.
+    fn may_be_asked(&self) -> bool {
+        self.initialized
+            || unix_now().saturating_sub(self.opened_at) >= INITIALIZED_AT_THE_LATEST.as_secs()
+    }
+
     /// How long the session may still live: its idle time, or less near its maximum age.
     fn lifetime(&self, wire: &LegacyWire) -> Option<Duration> {
         let age = Duration::from_secs(unix_now().saturating_sub(self.opened_at));
@@ -250,7 +262,7 @@ pub(super) async fn post(
                     relay.cancel(&session_id, request_id);
                 }
             }
-            if method == "notifications/initialized" && !session.initialized {
+            if method == "notifications/initialized" && !session.may_be_asked() {
                 let session = Session {
                     initialized: true,
                     ..session
@@ -341,7 +353,7 @@ async fn serve_request(
     }
     // Before `notifications/initialized` the client may be sent no requests, so it is served as
     // one that declared no capability to answer them.
-    let capabilities = if session.initialized {
+    let capabilities = if session.may_be_asked() {
         ClientCapabilities::from_object(&session.capabilities)
     } else {
         ClientCapabilities::default()
@@ -812,4 +824,40 @@ fn ok(id: &RequestId, result: Value) -> Response<Body> {
 /// A JSON-RPC error as the legacy wire sends it (see [`WireError::within_session`]).
 fn legacy_error(id: &RequestId, e: ProtocolError) -> WireError {
     WireError::from(e).answering(Some(id)).within_session()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opened(seconds_ago: u64, initialized: bool) -> Session {
+        Session {
+            version: LATEST_LEGACY.to_owned(),
+            capabilities: Map::new(),
+            client_info: None,
+            principal: "ada".into(),
+            owner: "ada".into(),
+            opened_at: unix_now() - seconds_ago,
+            log_level: None,
+            subscriptions: Vec::new(),
+            initialized,
+        }
+    }
+
+    #[test]
+    fn a_session_is_asked_once_initialized_or_past_the_setting_up_time() {
+        assert!(!opened(0, false).may_be_asked(), "still setting up");
+        assert!(opened(0, true).may_be_asked(), "it said initialized");
+        let late = INITIALIZED_AT_THE_LATEST.as_secs();
+        assert!(
+            opened(late, false).may_be_asked(),
+            "its notification was lost"
+        );
+        let older: Session = serde_json::from_value(json!({
+            "version": LATEST_LEGACY, "capabilities": {}, "client_info": null,
+            "principal": "ada", "log_level": null, "subscriptions": []
+        }))
+        .expect("a record from before the field reads");
+        assert!(older.initialized, "a record from before the field");
+    }
 }
