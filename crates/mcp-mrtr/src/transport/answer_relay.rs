@@ -55,10 +55,10 @@ const MARKED_RECHECK: Duration = Duration::from_secs(1);
 pub(super) struct AnswerRelay {
     outbox: mpsc::Sender<Outgoing>,
     seen: Arc<SeenIds>,
-    /// Cancellations, as sent, on their way out.
-    cancellations: mpsc::Sender<Vec<u8>>,
+    /// Cancellations on their way out: each as it is remembered, and as sent.
+    cancellations: mpsc::Sender<(String, Vec<u8>)>,
     /// The cancellations relayed from here lately.
-    cancelled: SeenIds,
+    cancelled: Arc<SeenIds>,
 }
 
 /// What travels between replicas: a cancellation (told apart by its `cancel` field), or an
@@ -134,7 +134,8 @@ struct Outgoing {
     wire: Vec<u8>,
 }
 
-/// Ids of answers taken here or handed to the relay, with their questions' deadlines.
+/// Ids of answers taken here or handed to the relay, with their questions' deadlines (or, in a
+/// set of their own, cancellations relayed from here, until they may go again).
 struct SeenIds(Mutex<LruCache<String, SystemTime>>);
 
 impl SeenIds {
@@ -186,7 +187,12 @@ impl AnswerRelay {
         let (outbox, outgoing) = mpsc::channel(OUTBOX);
         let (cancellations, cancelling) = mpsc::channel(CANCELLATION_OUTBOX);
         let seen = Arc::new(SeenIds::new());
-        tokio::spawn(publish_cancellations(relay.publisher(), cancelling));
+        let cancelled = Arc::new(SeenIds::new());
+        tokio::spawn(publish_cancellations(
+            relay.publisher(),
+            cancelling,
+            cancelled.clone(),
+        ));
         // Publishing ends when this relay is dropped; delivering then ends with it.
         let (publishing, publishing_ended) = oneshot::channel();
         tokio::spawn(publish_all(
@@ -200,7 +206,7 @@ impl AnswerRelay {
             outbox,
             seen,
             cancellations,
-            cancelled: SeenIds::new(),
+            cancelled,
         }
     }
 
@@ -270,6 +276,16 @@ impl AnswerRelay {
             );
             return;
         }
+        // Room first: a flood meeting a full outbox leaves what is remembered alone.
+        let Ok(room) = self.cancellations.try_reserve() else {
+            if let Some(held_back) = TROUBLE.take() {
+                tracing::warn!(
+                    held_back,
+                    "answer relay is backed up; dropped a cancellation"
+                );
+            }
+            return;
+        };
         let name = String::from_utf8_lossy(&wire).into_owned();
         if !self
             .cancelled
@@ -278,15 +294,7 @@ impl AnswerRelay {
             tracing::debug!("a cancellation relayed lately; dropped");
             return;
         }
-        if self.cancellations.try_send(wire).is_err() {
-            self.cancelled.forget(&name);
-            if let Some(held_back) = TROUBLE.take() {
-                tracing::warn!(
-                    held_back,
-                    "answer relay is backed up; dropped a cancellation"
-                );
-            }
-        }
+        room.send((name, wire));
     }
 }
 
@@ -310,16 +318,22 @@ async fn publish_all(
     }
 }
 
-/// Publishes the cancellations in `outgoing` until the relay is dropped.
-async fn publish_cancellations(publisher: RelayPublisher, mut outgoing: mpsc::Receiver<Vec<u8>>) {
-    while let Some(wire) = outgoing.recv().await {
-        if let Err(e) = publisher.publish(&wire).await
-            && let Some(held_back) = TROUBLE.take()
-        {
-            tracing::warn!(
-                held_back,
-                "could not relay a client's cancellation to the other replicas: {e}"
-            );
+/// Publishes the cancellations in `outgoing` until the relay is dropped. One that could not go
+/// is forgotten, so that the same one sent again may.
+async fn publish_cancellations(
+    publisher: RelayPublisher,
+    mut outgoing: mpsc::Receiver<(String, Vec<u8>)>,
+    cancelled: Arc<SeenIds>,
+) {
+    while let Some((name, wire)) = outgoing.recv().await {
+        if let Err(e) = publisher.publish(&wire).await {
+            cancelled.forget(&name);
+            if let Some(held_back) = TROUBLE.take() {
+                tracing::warn!(
+                    held_back,
+                    "could not relay a client's cancellation to the other replicas: {e}"
+                );
+            }
         }
     }
 }

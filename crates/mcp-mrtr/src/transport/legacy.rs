@@ -134,7 +134,8 @@ fn initialized_before_the_field() -> bool {
     true
 }
 
-/// How long after `initialize` a session is served as initialized even without its
+/// About how long after `initialize` (whole seconds of the clock) a session is served as
+/// initialized even without its
 /// notification: by then a client is not setting up any more, and the notification may have been
 /// lost (a write of the session racing its own, or a replica from before this rule).
 const INITIALIZED_AT_THE_LATEST: Duration = Duration::from_secs(10);
@@ -263,13 +264,20 @@ pub(super) async fn post(
                 }
             }
             if method == "notifications/initialized" && !session.may_be_asked() {
-                let session = Session {
-                    initialized: true,
-                    ..session
+                let unavailable = |e: ProtocolError| {
+                    WireError::from(e).with_status(StatusCode::SERVICE_UNAVAILABLE)
                 };
-                save(endpoint, &session_id, &session)
-                    .await
-                    .map_err(|e| WireError::from(e).with_status(StatusCode::SERVICE_UNAVAILABLE))?;
+                // Read again just before the write, so that a log level or a subscription saved
+                // since the session was loaded is kept; a session deleted meanwhile stays so.
+                if let Some(current) = read(endpoint, &session_id).await.map_err(unavailable)? {
+                    let session = Session {
+                        initialized: true,
+                        ..current
+                    };
+                    save(endpoint, &session_id, &session)
+                        .await
+                        .map_err(unavailable)?;
+                }
             }
             Ok(accepted())
         }
