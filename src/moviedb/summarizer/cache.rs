@@ -22,13 +22,11 @@ use futures::FutureExt as _;
 use futures::future::{BoxFuture, Shared, WeakShared};
 use sha2::{Digest, Sha256};
 
-use self::redis_tier::RedisSummaries;
-use self::tiers::{Tiers, local_cache};
+use self::tiers::{RedisSummaries, Tiers, local_cache};
 use super::SummaryText;
 use crate::moviedb::model::Review;
 use crate::store::RedisStoreConfig;
 
-mod redis_tier;
 mod tiers;
 
 /// Most summaries kept in this process.

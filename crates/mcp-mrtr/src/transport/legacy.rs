@@ -135,9 +135,9 @@ fn initialized_before_the_field() -> bool {
 }
 
 /// About how long after `initialize` (whole seconds of the clock) a session is served as
-/// initialized even without its
-/// notification: by then a client is not setting up any more, and the notification may have been
-/// lost (a write of the session racing its own, or a replica from before this rule).
+/// initialized even without its notification: by then a client is not setting up any more, and
+/// the notification may have been lost (a write of the session racing its own, or a replica from
+/// before this rule).
 const INITIALIZED_AT_THE_LATEST: Duration = Duration::from_secs(10);
 
 fn unix_now() -> u64 {
