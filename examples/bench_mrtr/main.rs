@@ -3,7 +3,7 @@
 //! (a) the floor: a bare axum server answering those two requests with fixed bytes, (b) the
 //! conformance example on the in-memory store (and beside it, given `--earlier-conformance`, an
 //! earlier build of it: row memory-base), (c) the same on the Redis store (`REDIS_URL`, or
-//! Redis on the default port if it answers), (d) `moviedb-mcp` on its embedded SQLite database
+//! Redis on the default port if it answers; beside it the earlier build: row redis-base), (d) `moviedb-mcp` on its embedded SQLite database
 //! for `addToWatchlist` end to end (two rounds and the SQL write, a new signed-in user each time),
 //! (e) the same on PostgreSQL (`DATABASE_URL`, skipped when unset), and (f) `moviedb-mcp` for
 //! single calls of `recommendMoviesForMood` and of `summarizeMovieReviews` (summaries cached from
@@ -77,8 +77,9 @@ struct Cli {
     /// bench-<run>-<n>: point it at a scratch database); the row is skipped when unset.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
-    /// An earlier build of the conformance example, measured on the memory store beside this
-    /// build's (row memory-base), to see what a change costs in the same run.
+    /// An earlier build of the conformance example, measured on the memory store and on Redis
+    /// beside this build's (rows memory-base and redis-base), to see what a change costs in the
+    /// same run.
     #[arg(long, value_name = "PATH")]
     earlier_conformance: Option<PathBuf>,
     /// Serve the floor on this address (used by the benchmark itself).
@@ -198,7 +199,11 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
         let memory = Server::start(bins, &Kind::Memory, state_keys).await?;
         targets.push(Target::connect("memory", memory, Workload::Elicitation, c).await?);
         if let Some(path) = &cli.earlier_conformance {
-            let earlier = Server::start(bins, &Kind::EarlierMemory(path), state_keys).await?;
+            let kind = Kind::Earlier {
+                binary: path,
+                redis: None,
+            };
+            let earlier = Server::start(bins, &kind, state_keys).await?;
             targets.push(Target::connect("memory-base", earlier, Workload::Elicitation, c).await?);
         }
         if let Some(url) = &redis_url {
@@ -208,6 +213,18 @@ async fn throughput(cli: &Cli, bins: &Binaries, state_keys: &str) -> anyhow::Res
             };
             let redis = Server::start(bins, &kind, state_keys).await?;
             targets.push(Target::connect("redis", redis, Workload::Elicitation, c).await?);
+            if let Some(path) = &cli.earlier_conformance {
+                // Keys of their own: what one build leaves in an owner's index must not weigh on
+                // the other's writes.
+                let earlier_prefix = format!("{prefix}base:");
+                let kind = Kind::Earlier {
+                    binary: path,
+                    redis: Some((url, &earlier_prefix)),
+                };
+                let earlier = Server::start(bins, &kind, state_keys).await?;
+                targets
+                    .push(Target::connect("redis-base", earlier, Workload::Elicitation, c).await?);
+            }
         }
     }
     let tag = format!("{run}-{}", common::random_hex(4));

@@ -99,15 +99,17 @@ pub fn goals(rows: &[(&str, Figures)]) {
                     plain.unwrap_or_default()
                 );
             }
-            "memory-base" => {
+            "memory-base" | "redis-base" => {
+                let this = name.trim_end_matches("-base");
                 let now = rows
                     .iter()
-                    .find(|(row, _)| *row == "memory")
+                    .find(|(row, _)| *row == this)
                     .map(|(_, now)| ratio(now.per_second, figures.per_second));
                 if let Some(now) = now {
                     println!(
-                        "memory-base:  this build's memory row runs at {now:.3}x the earlier build's \
+                        "{:<13} this build's {this} row runs at {now:.3}x the earlier build's \
                          round trips/s (goal >= 0.95x: {})",
+                        format!("{name}:"),
                         holds(now >= 0.95)
                     );
                 }

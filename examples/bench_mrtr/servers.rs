@@ -84,9 +84,12 @@ pub enum Kind<'a> {
     Floor,
     /// The conformance example on the in-memory continuation store.
     Memory,
-    /// An earlier build of the conformance example (the binary at this path), on the in-memory
-    /// store.
-    EarlierMemory(&'a Path),
+    /// An earlier build of the conformance example (the binary at `binary`), on the in-memory
+    /// store or on Redis at `(url, prefix)`.
+    Earlier {
+        binary: &'a Path,
+        redis: Option<(&'a str, &'a str)>,
+    },
     /// The conformance example on the Redis store, its keys under `prefix`.
     Redis { url: &'a str, prefix: &'a str },
     /// `moviedb-mcp` on an embedded SQLite database in `data_dir` (or on `database_url`),
@@ -143,8 +146,8 @@ impl Server {
                     command.arg("--bind").arg(addr.to_string());
                     command
                 }
-                Kind::EarlierMemory(path) => {
-                    let mut command = Command::new(path);
+                Kind::Earlier { binary, .. } => {
+                    let mut command = Command::new(binary);
                     command.arg("--bind").arg(addr.to_string());
                     command
                 }
@@ -172,7 +175,8 @@ impl Server {
                 .env("MOVIEDB_STATE_KEYS", state_keys)
                 .env("MCP_STATE_KEYS", state_keys);
             let redis = match kind {
-                Kind::Redis { url, prefix } => Some((url, prefix)),
+                Kind::Redis { url, prefix } => Some((*url, *prefix)),
+                Kind::Earlier { redis, .. } => *redis,
                 Kind::Moviedb {
                     data_dir,
                     jwt_secret,
@@ -197,13 +201,9 @@ impl Server {
                             .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp}"))
                             .env("RUST_LOG", "info");
                     }
-                    redis.as_ref().map(|(url, prefix)| (url, prefix))
+                    *redis
                 }
-                Kind::Floor
-                | Kind::Memory
-                | Kind::EarlierMemory(_)
-                | Kind::Provider
-                | Kind::OtlpSink => None,
+                Kind::Floor | Kind::Memory | Kind::Provider | Kind::OtlpSink => None,
             };
             if let Some((url, prefix)) = redis {
                 command.arg("--redis-url").arg(url);

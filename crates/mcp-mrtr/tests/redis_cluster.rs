@@ -118,12 +118,17 @@ async fn a_single_url_naming_a_cluster_node_is_served_as_the_cluster() {
 }
 
 /// An owner with a share of 3 that parks 6 continuations through a store on `config` finds only
-/// its 3 latest when it takes them back, whatever node they live on.
+/// its 3 latest when it takes them back, whatever node they live on; parking and taking back 10
+/// more one at a time costs it none it left waiting.
 async fn only_the_oldest_go_past_the_share(config: RedisStoreConfig) {
     let store = RedisStore::connect(config, 3).await.expect("Redis answers");
     let owner = Owner::new("user:mallory");
     let left = support::redis::flood_and_take_back(&store, &owner, 6).await;
     assert_eq!(left, [false, false, false, true, true, true]);
+    assert!(
+        support::redis::parks_taken_back_leave_the_share_free(&store, &owner, 10).await,
+        "what the owner took back holds no place in its share"
+    );
 }
 
 /// A conversation started on `first` and answered on `second`; its state cannot be used again.

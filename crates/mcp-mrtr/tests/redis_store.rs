@@ -176,7 +176,14 @@ async fn past_its_share_an_owner_loses_only_its_own_oldest_entries_in_redis() {
         [false, false, true, true, true],
         "the flooder keeps its newest 3"
     );
-    assert_eq!(store.take(kept).await.unwrap(), Some(b"kept".to_vec()));
+    assert_eq!(
+        store.take(&neighbour, kept).await.unwrap(),
+        Some(b"kept".to_vec())
+    );
+    assert!(
+        support::redis::parks_taken_back_leave_the_share_free(&store, &flooder, 10).await,
+        "what the flooder took back holds no place in its share"
+    );
 
     // Sessions have shares of their own, and a touch keeps a session alive.
     for number in 0..4 {
@@ -190,7 +197,12 @@ async fn past_its_share_an_owner_loses_only_its_own_oldest_entries_in_redis() {
     assert!(store.touch_session("session-3", ttl).await.unwrap());
     assert!(!store.touch_session("session-0", ttl).await.unwrap());
 
-    // The owners' indexes go away on their own, no later than their latest entries.
+    // An index emptied by takes goes at once (the flooder took back all its continuations);
+    // the others go on their own, no later than their latest entries.
+    store
+        .put(&neighbour, ContinuationId::random(), b"left".to_vec(), ttl)
+        .await
+        .unwrap();
     let client = redis::Client::open(shared_redis_url()).expect("a Redis URL");
     let mut redis = client.get_multiplexed_async_connection().await.unwrap();
     let indexes: Vec<String> = redis::cmd("KEYS")
@@ -198,7 +210,12 @@ async fn past_its_share_an_owner_loses_only_its_own_oldest_entries_in_redis() {
         .query_async(&mut redis)
         .await
         .unwrap();
-    assert_eq!(indexes.len(), 3, "{indexes:?}");
+    assert_eq!(indexes.len(), 2, "{indexes:?}");
+    assert!(
+        indexes.iter().any(|index| index.contains(":sessions:"))
+            && indexes.iter().any(|index| index.contains(":continuations:")),
+        "the neighbour's continuations and the flooder's sessions: {indexes:?}"
+    );
     for index in indexes {
         let left: i64 = redis::cmd("PTTL")
             .arg(&index)

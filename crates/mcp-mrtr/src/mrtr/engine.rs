@@ -238,7 +238,9 @@ impl Engine {
                 let Resumed {
                     continuation: parked,
                     taken: resumed,
-                } = self.resume(state, &call.principal.id(), &request).await?;
+                } = self
+                    .resume(state, &call.principal.id(), &call.owner, &request)
+                    .await?;
                 taken = Some(resumed);
                 digest = Some(request);
                 earlier_rounds = parked.rounds.max(1);
@@ -460,6 +462,7 @@ impl Engine {
         &self,
         state: &str,
         principal: &str,
+        owner: &Owner,
         digest: &[u8; 32],
     ) -> Result<Resumed, ProtocolError> {
         let refuse = |reason, message: &str| {
@@ -495,7 +498,11 @@ impl Engine {
             store = self.store.kind(),
             op = "take"
         );
-        let taken = self.store.take(claims.continuation).instrument(span).await;
+        let taken = self
+            .store
+            .take(owner, claims.continuation)
+            .instrument(span)
+            .await;
         observe::store_operation(self.store.kind(), "take", started);
         let payload = taken?.ok_or_else(|| {
             refuse(

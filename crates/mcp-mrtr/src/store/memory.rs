@@ -63,7 +63,8 @@ impl ContinuationStore for MemoryStore {
         Ok(())
     }
 
-    async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
+    /// The entry knows whose share it counts against, whoever takes it.
+    async fn take(&self, _: &Owner, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.parked.take(&id))
     }
 
@@ -388,8 +389,11 @@ mod tests {
             .put(&alice(), id, b"state".to_vec(), Duration::from_secs(60))
             .await
             .unwrap();
-        assert_eq!(store.take(id).await.unwrap(), Some(b"state".to_vec()));
-        assert_eq!(store.take(id).await.unwrap(), None);
+        assert_eq!(
+            store.take(&alice(), id).await.unwrap(),
+            Some(b"state".to_vec())
+        );
+        assert_eq!(store.take(&alice(), id).await.unwrap(), None);
     }
 
     #[tokio::test]
@@ -401,7 +405,7 @@ mod tests {
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(60)).await;
-        assert_eq!(store.take(id).await.unwrap(), None);
+        assert_eq!(store.take(&alice(), id).await.unwrap(), None);
     }
 
     /// Entries held, and positions in the shards' orders.
@@ -428,7 +432,7 @@ mod tests {
             "{:?}",
             entries(&store.parked)
         );
-        assert_eq!(store.take(last).await.unwrap(), Some(vec![0; 8]));
+        assert_eq!(store.take(&alice(), last).await.unwrap(), Some(vec![0; 8]));
     }
 
     #[tokio::test]
@@ -440,7 +444,7 @@ mod tests {
                 .put(&alice(), id, vec![1], Duration::from_secs(60))
                 .await
                 .unwrap();
-            store.take(id).await.unwrap();
+            store.take(&alice(), id).await.unwrap();
             store
                 .put(&alice(), ContinuationId::random(), vec![2], Duration::ZERO)
                 .await
@@ -500,13 +504,27 @@ mod tests {
         }
         let (live, _) = entries(&store.parked);
         assert_eq!(live, 101, "alice's share plus bob's one entry");
-        assert_eq!(store.take(bobs).await.unwrap(), Some(b"bob".to_vec()));
+        assert_eq!(store.take(&bob, bobs).await.unwrap(), Some(b"bob".to_vec()));
         assert_eq!(
-            store.take(alices[0]).await.unwrap(),
+            store.take(&alice(), alices[0]).await.unwrap(),
             None,
             "alice's oldest went"
         );
-        assert!(store.take(alices[4_999]).await.unwrap().is_some());
+        assert!(store.take(&alice(), alices[4_999]).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn what_an_owner_took_back_holds_no_place_in_its_share() {
+        let store = MemoryStore::new(1000, 3);
+        let ttl = Duration::from_secs(60);
+        let waiting = ContinuationId::random();
+        store.put(&alice(), waiting, vec![1], ttl).await.unwrap();
+        for _ in 0..10 {
+            let id = ContinuationId::random();
+            store.put(&alice(), id, vec![2], ttl).await.unwrap();
+            assert_eq!(store.take(&alice(), id).await.unwrap(), Some(vec![2]));
+        }
+        assert_eq!(store.take(&alice(), waiting).await.unwrap(), Some(vec![1]));
     }
 
     #[tokio::test]

@@ -104,7 +104,9 @@ pub trait ContinuationStore: Send + Sync + 'static {
     ) -> Result<(), StoreError>;
 
     /// Removes and returns the payload; `None` if it was never stored, expired or already taken.
-    async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError>;
+    /// `owner` is who resumes the call (normally the owner it was parked for): taken, the entry
+    /// no longer counts against that owner's share.
+    async fn take(&self, owner: &Owner, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// The store's name in metrics (`memory`, `redis`).
     fn kind(&self) -> &'static str {

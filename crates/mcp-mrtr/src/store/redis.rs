@@ -5,10 +5,11 @@
 //! other.
 //!
 //! Each owner has an index (a sorted set by deadline) of what it wrote, one per kind of entry
-//! (continuations, sessions, tasks); past its share, its
-//! earliest continuations or sessions are deleted, and a new task is refused (a task is a
-//! promise to its client, so none is evicted). The index counts what was written within the time-to-live,
-//! taken or not, which bounds what one caller can hold. On a single server one script writes the
+//! (continuations, sessions, tasks); past its share, its earliest continuations or sessions are
+//! deleted, and a new task is refused (a task is a promise to its client, so none is evicted).
+//! A continuation leaves the index when its owner takes it, anything else when it expires: the
+//! index counts what the owner holds, so an owner who takes back what it parks never loses a
+//! continuation to its share, however many it parks. On a single server one script writes the
 //! entry, updates the index and deletes the evicted entries: one command per write. On a cluster
 //! an entry and its owner's index live on different nodes, so they are written by two commands
 //! sent together, and no command or script ever touches two slots.
@@ -391,11 +392,23 @@ impl ContinuationStore for RedisStore {
         parked
     }
 
-    async fn take(&self, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn take(&self, owner: &Owner, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
         let hex = id.to_hex();
+        let key = self.key(&hex);
         let uncounting = self.live.as_ref().map(|l| l.continuations.remove(&hex));
-        let taking = redis::cmd("GETDEL").arg(self.key(&hex)).clone();
-        self.counted(self.run(&taking), uncounting).await
+        let taking = redis::cmd("GETDEL").arg(&key).clone();
+        // Sent beside the take (one round trip on a single server, each to its node on a
+        // cluster), best effort: a place not given back now frees up when the entry would have
+        // expired. Taken by another owner, the entry stays counted until then.
+        let unindexing = redis::cmd("ZREM")
+            .arg(self.owner_key("continuations", owner))
+            .arg(&key)
+            .clone();
+        let (taken, _) = tokio::join!(
+            self.counted(self.run(&taking), uncounting),
+            self.run::<()>(&unindexing)
+        );
+        taken
     }
 
     fn kind(&self) -> &'static str {

@@ -157,9 +157,36 @@ pub async fn flood_and_take_back(
     }
     let mut left = Vec::new();
     for id in &flood {
-        left.push(store.take(*id).await.expect("taken").is_some());
+        left.push(store.take(owner, *id).await.expect("taken").is_some());
     }
     left
+}
+
+/// Has `owner` park one continuation, then park and take back `count` more one after the other
+/// while the first waits: `true` when the first is still there at the end, as it should be
+/// whatever the owner's share (what an owner has taken back holds no place in it).
+pub async fn parks_taken_back_leave_the_share_free(
+    store: &impl mcp_mrtr::store::ContinuationStore,
+    owner: &mcp_mrtr::store::Owner,
+    count: usize,
+) -> bool {
+    use mcp_mrtr::store::ContinuationId;
+    let ttl = Duration::from_secs(60);
+    let waiting = ContinuationId::random();
+    store
+        .put(owner, waiting, b"waiting".to_vec(), ttl)
+        .await
+        .expect("parked");
+    for _ in 0..count {
+        let id = ContinuationId::random();
+        store
+            .put(owner, id, b"answered".to_vec(), ttl)
+            .await
+            .expect("parked");
+        let taken = store.take(owner, id).await.expect("taken");
+        assert_eq!(taken.as_deref(), Some(&b"answered"[..]), "just parked");
+    }
+    store.take(owner, waiting).await.expect("taken").is_some()
 }
 
 /// Has an owner whose index of continuations Redis cannot add to park one: `clobber` is given the
@@ -182,7 +209,7 @@ pub async fn a_put_refused_half_way_leaves_nothing(
     let refused = store.put(&owner, id, b"half".to_vec(), ttl).await;
     assert!(refused.is_err(), "Redis refuses the index: {refused:?}");
     assert_eq!(
-        store.take(id).await.expect("take"),
+        store.take(&owner, id).await.expect("take"),
         None,
         "no entry is left behind"
     );
