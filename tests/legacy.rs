@@ -78,6 +78,49 @@ async fn what_a_session_keeps_is_bounded() {
     assert_empty_result(&again, "the subscription after it");
 }
 
+/// Subscriptions sent at once, half to each of two replicas sharing Redis, all stay: a change is
+/// written only over the session it was made to, so none is lost to another written meanwhile.
+#[tokio::test]
+async fn subscriptions_sent_at_once_to_two_replicas_all_stay() {
+    let keys = mcp_mrtr::mrtr::StateSealer::generate_spec("shared");
+    let replica = || {
+        TestServer::start_with(ServerOptions {
+            redis_url: Some(support::net::shared_redis_url()),
+            state_keys: Some(keys.clone()),
+            ..ServerOptions::default()
+        })
+    };
+    let (first, second) = (replica().await, replica().await);
+    let client = session(&first, json!({})).await;
+    let elsewhere = client.at(second.url());
+    for wave in 0..16 {
+        let subscribing = (0..8).map(|n| {
+            let number = wave * 8 + n;
+            let via = if number % 2 == 0 { &client } else { &elsewhere };
+            let uri = format!("test://item/{number}");
+            async move {
+                let reply = via
+                    .request("resources/subscribe", json!({"uri": uri}))
+                    .await;
+                (number, reply)
+            }
+        });
+        for (number, reply) in futures::future::join_all(subscribing).await {
+            assert_empty_result(&reply, &format!("subscription {number}"));
+        }
+    }
+    // All 128 count: the session is at its cap.
+    let over = client
+        .request("resources/subscribe", json!({"uri": "test://item/128"}))
+        .await;
+    assert_eq!(
+        over.error_code(),
+        Some(-32602),
+        "the cap of 128 is reached: {:?}",
+        over.messages
+    );
+}
+
 /// `reply` is a success with an empty result, as `resources/subscribe` and `unsubscribe` answer.
 fn assert_empty_result(reply: &support::legacy::LegacyReply, what: &str) {
     assert_eq!(reply.status, 200, "{what}: {:?}", reply.messages);

@@ -119,7 +119,8 @@ async fn a_single_url_naming_a_cluster_node_is_served_as_the_cluster() {
 
 /// An owner with a share of 3 that parks 6 continuations through a store on `config` finds only
 /// its 3 latest when it takes them back, whatever node they live on; parking and taking back 10
-/// more one at a time costs it none it left waiting.
+/// more one at a time costs it none it left waiting. Its sessions change only over what they
+/// hold.
 async fn only_the_oldest_go_past_the_share(config: RedisStoreConfig) {
     let store = RedisStore::connect(config, 3).await.expect("Redis answers");
     let owner = Owner::new("user:mallory");
@@ -129,6 +130,7 @@ async fn only_the_oldest_go_past_the_share(config: RedisStoreConfig) {
         support::redis::parks_taken_back_leave_the_share_free(&store, &owner, 10).await,
         "what the owner took back holds no place in its share"
     );
+    support::redis::sessions_change_only_over_what_they_hold(&store, &owner).await;
 }
 
 /// A conversation started on `first` and answered on `second`; its state cannot be used again.

@@ -196,6 +196,7 @@ async fn past_its_share_an_owner_loses_only_its_own_oldest_entries_in_redis() {
     assert_eq!(store.read_session("session-0").await.unwrap(), None);
     assert!(store.touch_session("session-3", ttl).await.unwrap());
     assert!(!store.touch_session("session-0", ttl).await.unwrap());
+    support::redis::sessions_change_only_over_what_they_hold(&store, &flooder).await;
 
     // An index emptied by takes goes at once (the flooder took back all its continuations);
     // the others go on their own, no later than their latest entries.
@@ -213,7 +214,9 @@ async fn past_its_share_an_owner_loses_only_its_own_oldest_entries_in_redis() {
     assert_eq!(indexes.len(), 2, "{indexes:?}");
     assert!(
         indexes.iter().any(|index| index.contains(":sessions:"))
-            && indexes.iter().any(|index| index.contains(":continuations:")),
+            && indexes
+                .iter()
+                .any(|index| index.contains(":continuations:")),
         "the neighbour's continuations and the flooder's sessions: {indexes:?}"
     );
     for index in indexes {

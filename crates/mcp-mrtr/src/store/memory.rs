@@ -93,7 +93,18 @@ impl SessionStore for MemoryStore {
     }
 
     async fn touch_session(&self, session_id: &str, ttl: Duration) -> Result<bool, StoreError> {
-        Ok(self.sessions.touch(session_id.to_owned(), ttl))
+        Ok(self.sessions.renew(session_id.to_owned(), ttl, None))
+    }
+
+    async fn replace_session(
+        &self,
+        session_id: &str,
+        expected: &[u8],
+        record: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let replacing = Some((expected, record));
+        Ok(self.sessions.renew(session_id.to_owned(), ttl, replacing))
     }
 
     async fn delete_session(&self, session_id: &str) -> Result<(), StoreError> {
@@ -214,13 +225,21 @@ impl<K: Hash + Eq + Clone> Table<K> {
     }
 
     /// Gives a live entry a new time-to-live where it is, so that a write or a delete racing the
-    /// touch is not undone by it; returns whether the entry was live.
-    fn touch(&self, key: K, ttl: Duration) -> bool {
+    /// renewal is not undone by it; given `replacing` (what the entry should hold, and what it
+    /// is to hold instead), only if it holds that, and with its new payload. Returns whether the
+    /// entry was live (and held what was expected).
+    fn renew(&self, key: K, ttl: Duration, replacing: Option<(&[u8], Vec<u8>)>) -> bool {
         let now = Instant::now();
         let expires_at = deadline(now, ttl);
         let mut shard = self.shard(&key);
         let owner = match shard.entries.get_mut(&key) {
             Some(entry) if now < entry.expires_at => {
+                if let Some((expected, payload)) = replacing {
+                    if entry.payload != expected {
+                        return false;
+                    }
+                    entry.payload = payload;
+                }
                 entry.expires_at = expires_at;
                 entry.owner.clone()
             }
@@ -481,6 +500,34 @@ mod tests {
             Some(b"two".to_vec())
         );
         store.delete_session("s").await.unwrap();
+        assert_eq!(store.read_session("s").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_session_is_replaced_only_over_the_record_read_and_lives_on() {
+        let store = MemoryStore::new(100, 100);
+        store
+            .write_session(&alice(), "s", b"one".to_vec(), Duration::from_millis(40))
+            .await
+            .unwrap();
+        let hour = Duration::from_secs(3600);
+        let over_another = store.replace_session("s", b"zero", b"two".to_vec(), hour);
+        assert!(!over_another.await.unwrap());
+        assert!(
+            store
+                .replace_session("s", b"one", b"two".to_vec(), hour)
+                .await
+                .unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        assert_eq!(
+            store.read_session("s").await.unwrap(),
+            Some(b"two".to_vec()),
+            "replaced, it lives its new time"
+        );
+        store.delete_session("s").await.unwrap();
+        let over_nothing = store.replace_session("s", b"two", b"three".to_vec(), hour);
+        assert!(!over_nothing.await.unwrap(), "a deleted session stays so");
         assert_eq!(store.read_session("s").await.unwrap(), None);
     }
 

@@ -133,6 +133,18 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Gives a session `ttl` more to live from now; `false` if it is gone.
     async fn touch_session(&self, session_id: &str, ttl: Duration) -> Result<bool, StoreError>;
 
+    /// Replaces a session's record with `record`, giving it `ttl` more to live from now, if it
+    /// still reads `expected`; `false`, with nothing written, when it changed, expired or was
+    /// deleted since (the caller reads it again). Two replicas changing one session at once
+    /// thus never lose each other's change, and a deleted session stays deleted.
+    async fn replace_session(
+        &self,
+        session_id: &str,
+        expected: &[u8],
+        record: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError>;
+
     /// Ends a session.
     async fn delete_session(&self, session_id: &str) -> Result<(), StoreError>;
 

@@ -104,6 +104,15 @@ end
 return 1
 ";
 
+/// Replaces session record `KEYS[1]` with `ARGV[2]` for `ARGV[3]` ms if it still holds `ARGV[1]`.
+const REPLACE_SESSION: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+";
+
 /// Creates task record `KEYS[1]` (a hash: version `v`, record `r`) to live `ARGV[2]` ms.
 const CREATE_TASK: &str = r"
 redis.call('HSET', KEYS[1], 'v', 1, 'r', ARGV[1])
@@ -136,6 +145,7 @@ pub struct RedisStore {
     admit_task: redis::Script,
     create_task: redis::Script,
     replace_task: redis::Script,
+    replace_session: redis::Script,
     /// The indexes of live entries, when metrics are enabled.
     live: Option<Live>,
 }
@@ -195,6 +205,7 @@ impl RedisStore {
             admit_task: redis::Script::new(ADMIT_TASK),
             create_task: redis::Script::new(CREATE_TASK),
             replace_task: redis::Script::new(REPLACE_TASK),
+            replace_session: redis::Script::new(REPLACE_SESSION),
             live,
         })
     }
@@ -297,6 +308,16 @@ impl RedisStore {
         };
         if let Ok(removed) = self.run::<u64>(&index.remove(member)).await {
             index.lapsed(removed);
+        }
+    }
+
+    /// Renews a session in the live index once it has been given `ttl` more (`renewed`). After
+    /// the renewal, not beside it: a session that has just expired must not be renewed there.
+    async fn renewed(&self, session_id: &str, renewed: bool, ttl: Duration) {
+        if let (true, Some(live)) = (renewed, &self.live) {
+            let _ = self
+                .run::<redis::Value>(&live.sessions.renew(session_id, ttl))
+                .await;
         }
     }
 
@@ -437,14 +458,22 @@ impl SessionStore for RedisStore {
             .arg(ttl_millis(ttl))
             .clone();
         let touched = self.run::<bool>(&command).await?;
-        // After the touch, not beside it: a session that has just expired must not be renewed
-        // in the index.
-        if let (true, Some(live)) = (touched, &self.live) {
-            let _ = self
-                .run::<redis::Value>(&live.sessions.renew(session_id, ttl))
-                .await;
-        }
+        self.renewed(session_id, touched, ttl).await;
         Ok(touched)
+    }
+
+    async fn replace_session(
+        &self,
+        session_id: &str,
+        expected: &[u8],
+        record: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let mut replacing = self.replace_session.key(self.session_key(session_id));
+        replacing.arg(expected).arg(record).arg(ttl_millis(ttl));
+        let replaced = self.invoke::<bool>(replacing).await?;
+        self.renewed(session_id, replaced, ttl).await;
+        Ok(replaced)
     }
 
     async fn read_session(&self, session_id: &str) -> Result<Option<Vec<u8>>, StoreError> {

@@ -49,6 +49,8 @@ const MAX_CAPABILITIES_BYTES: usize = 8192;
 const MAX_SUBSCRIPTIONS: usize = 128;
 /// The most bytes a session record may take in the store, whatever it holds.
 const MAX_SESSION_BYTES: usize = 64 * 1024;
+/// Times a change to a session is tried over a record changed meanwhile before it gives up.
+const UPDATE_ATTEMPTS: usize = 16;
 
 /// The newest legacy revision, offered when a client asks for one this server does not speak.
 const LATEST_LEGACY: &str = "2025-11-25";
@@ -264,20 +266,14 @@ pub(super) async fn post(
                 }
             }
             if method == "notifications/initialized" && !session.may_be_asked() {
-                let unavailable = |e: ProtocolError| {
-                    WireError::from(e).with_status(StatusCode::SERVICE_UNAVAILABLE)
-                };
-                // Read again just before the write, so that a log level or a subscription saved
-                // since the session was loaded is kept; a session deleted meanwhile stays so.
-                if let Some(current) = read(endpoint, &session_id).await.map_err(unavailable)? {
-                    let session = Session {
-                        initialized: true,
-                        ..current
-                    };
-                    save(endpoint, &session_id, &session)
-                        .await
-                        .map_err(unavailable)?;
-                }
+                let marking = update(endpoint, &session_id, |session| {
+                    session.initialized = true;
+                    Ok(())
+                });
+                // A session ended meanwhile stays ended: there is nothing to mark.
+                marking
+                    .await
+                    .map_err(|e| WireError::from(e).with_status(StatusCode::SERVICE_UNAVAILABLE))?;
             }
             Ok(accepted())
         }
@@ -298,7 +294,7 @@ async fn serve_request(
     endpoint: &Arc<Endpoint>,
     principal: Principal,
     session_id: String,
-    mut session: Session,
+    session: Session,
     accept: Accept,
     id: &RequestId,
     method: &str,
@@ -324,9 +320,11 @@ async fn serve_request(
             let level = LogLevel::parse(level).ok_or_else(|| {
                 ProtocolError::invalid_params(format!("Unknown log level: {level}"))
             })?;
-            session.log_level = Some(level.as_str().to_owned());
-            save(endpoint, &session_id, &session).await?;
-            return Ok(ok(id, json!({})));
+            let setting = update(endpoint, &session_id, |session| {
+                session.log_level = Some(level.as_str().to_owned());
+                Ok(())
+            });
+            return changed(setting.await?, id);
         }
         Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
             // Only a server that declares resources offers to subscribe to them.
@@ -337,17 +335,19 @@ async fn serve_request(
                 .get("uri")
                 .and_then(Value::as_str)
                 .ok_or_else(|| ProtocolError::invalid_params("Missing uri"))?;
-            session.subscriptions.retain(|known| known != uri);
-            if method == Method::ResourcesSubscribe {
-                if session.subscriptions.len() >= MAX_SUBSCRIPTIONS {
-                    return Err(ProtocolError::invalid_params(format!(
-                        "A session subscribes to at most {MAX_SUBSCRIPTIONS} resources"
-                    )));
+            let subscribing = update(endpoint, &session_id, |session| {
+                session.subscriptions.retain(|known| known != uri);
+                if method == Method::ResourcesSubscribe {
+                    if session.subscriptions.len() >= MAX_SUBSCRIPTIONS {
+                        return Err(ProtocolError::invalid_params(format!(
+                            "A session subscribes to at most {MAX_SUBSCRIPTIONS} resources"
+                        )));
+                    }
+                    session.subscriptions.push(uri.to_owned());
                 }
-                session.subscriptions.push(uri.to_owned());
-            }
-            save(endpoint, &session_id, &session).await?;
-            return Ok(ok(id, json!({})));
+                Ok(())
+            });
+            return changed(subscribing.await?, id);
         }
         // Stateless discovery and listening, and tasks, belong to the 2026-07-28 wire.
         Method::ServerDiscover
@@ -737,19 +737,16 @@ async fn renew(
 
 async fn read(endpoint: &Endpoint, session_id: &str) -> Result<Option<Session>, ProtocolError> {
     let stored = endpoint.legacy.sessions.read_session(session_id).await?;
-    stored
-        .map(|bytes| {
-            serde_json::from_slice(&bytes)
-                .map_err(|e| ProtocolError::internal(format!("unreadable session: {e}")))
-        })
-        .transpose()
+    stored.as_deref().map(decode).transpose()
 }
 
-async fn save(
-    endpoint: &Endpoint,
-    session_id: &str,
-    session: &Session,
-) -> Result<(), ProtocolError> {
+fn decode(stored: &[u8]) -> Result<Session, ProtocolError> {
+    serde_json::from_slice(stored)
+        .map_err(|e| ProtocolError::internal(format!("unreadable session: {e}")))
+}
+
+/// A session's record, and how long it may live from now.
+fn encode(endpoint: &Endpoint, session: &Session) -> Result<(Vec<u8>, Duration), ProtocolError> {
     let bytes = serde_json::to_vec(session).map_err(|e| ProtocolError::internal(e.to_string()))?;
     if bytes.len() > MAX_SESSION_BYTES {
         return Err(ProtocolError::invalid_params(format!(
@@ -762,6 +759,16 @@ async fn save(
             "The session has reached its maximum age: initialize a new one",
         )
     })?;
+    Ok((bytes, lifetime))
+}
+
+/// Writes a new session.
+async fn save(
+    endpoint: &Endpoint,
+    session_id: &str,
+    session: &Session,
+) -> Result<(), ProtocolError> {
+    let (bytes, lifetime) = encode(endpoint, session)?;
     let owner = Owner::new(&session.owner);
     endpoint
         .legacy
@@ -769,6 +776,47 @@ async fn save(
         .write_session(&owner, session_id, bytes, lifetime)
         .await
         .map_err(ProtocolError::from)
+}
+
+/// Changes a stored session with `change`, written back only over the record it was made to
+/// (read again otherwise), so that a log level, subscriptions and the `initialized` mark sent at
+/// once, to one replica or to several, all stay; a session ended meanwhile stays ended. `false`
+/// when the session is gone.
+async fn update(
+    endpoint: &Endpoint,
+    session_id: &str,
+    change: impl Fn(&mut Session) -> Result<(), ProtocolError>,
+) -> Result<bool, ProtocolError> {
+    let sessions = &endpoint.legacy.sessions;
+    for _ in 0..UPDATE_ATTEMPTS {
+        let Some(stored) = sessions.read_session(session_id).await? else {
+            return Ok(false);
+        };
+        let mut session = decode(&stored)?;
+        change(&mut session)?;
+        let (record, lifetime) = encode(endpoint, &session)?;
+        if sessions
+            .replace_session(session_id, &stored, record, lifetime)
+            .await?
+        {
+            return Ok(true);
+        }
+    }
+    Err(ProtocolError::internal(
+        "The session kept changing while this request changed it: send the request again",
+    ))
+}
+
+/// The empty result of a request that changed the session, or the error of one whose session
+/// ended before the change was written.
+fn changed(updated: bool, id: &RequestId) -> Result<Response<Body>, ProtocolError> {
+    if updated {
+        Ok(ok(id, json!({})))
+    } else {
+        Err(ProtocolError::invalid_request(
+            "The session has ended: initialize a new one",
+        ))
+    }
 }
 
 /// The ids of `session`'s questions, vouched for by the keys every replica shares.

@@ -189,6 +189,34 @@ pub async fn parks_taken_back_leave_the_share_free(
     store.take(owner, waiting).await.expect("taken").is_some()
 }
 
+/// A session in `store` is replaced only over the record it holds, and one deleted stays so.
+pub async fn sessions_change_only_over_what_they_hold(
+    store: &impl mcp_mrtr::store::SessionStore,
+    owner: &mcp_mrtr::store::Owner,
+) {
+    let ttl = Duration::from_secs(60);
+    let id = format!("replaced-{}", super::net::random_hex(6));
+    store
+        .write_session(owner, &id, b"one".to_vec(), ttl)
+        .await
+        .expect("written");
+    let replace = |expected: &'static [u8], record: &'static [u8]| {
+        store.replace_session(&id, expected, record.to_vec(), ttl)
+    };
+    assert!(!replace(b"zero", b"two").await.expect("answered"));
+    assert!(replace(b"one", b"two").await.expect("answered"));
+    assert!(
+        !replace(b"one", b"three").await.expect("answered"),
+        "not over what it held before"
+    );
+    let held = store.read_session(&id).await.expect("read");
+    assert_eq!(held.as_deref(), Some(&b"two"[..]));
+    store.delete_session(&id).await.expect("deleted");
+    assert!(!replace(b"two", b"three").await.expect("answered"));
+    let held = store.read_session(&id).await.expect("read");
+    assert_eq!(held, None, "a deleted session stays so");
+}
+
 /// Has an owner whose index of continuations Redis cannot add to park one: `clobber` is given the
 /// index's key (named as the store names it: the owner's SHA-256, 12 bytes in hex, under
 /// `prefix`) and turns it into a plain string, as an operator's mistake or a key clash would.
