@@ -524,7 +524,8 @@ async fn sessions_are_checked_and_end_with_delete() {
 
 /// Within a session, an `MCP-Protocol-Version` naming a revision the server does not serve gets
 /// 400 on POST, GET and DELETE (both revisions require it), and the session goes on; a modern
-/// version in that header makes the request a modern one, whatever session id comes with it.
+/// version in that header makes the request a modern one, whatever session id comes with it. A
+/// session header sent twice gets 400 too, with the legacy revision's own error code.
 #[tokio::test]
 async fn a_session_request_naming_a_revision_not_served_gets_400() {
     let server = TestServer::start().await;
@@ -576,6 +577,27 @@ async fn a_session_request_naming_a_revision_not_served_gets_400() {
     assert_eq!(twice.status().as_u16(), 400);
     let refusal: Value = twice.json().await.expect("a JSON-RPC error");
     assert_eq!(refusal["error"]["code"], -32020, "{refusal}");
+    // A session header sent twice is a legacy request's mistake: 400 with 2025-11-25's
+    // invalid request (that revision has no -32020), on POST, GET and DELETE alike.
+    let session_twice = |method: reqwest::Method| {
+        with_version(method, "2025-11-25").header(SESSION_HEADER, "another-session")
+    };
+    let posted_twice = session_twice(reqwest::Method::POST)
+        .body(json!({"jsonrpc": "2.0", "id": 11, "method": "ping"}).to_string())
+        .send();
+    let refusals = [
+        posted_twice.await,
+        session_twice(reqwest::Method::GET).send().await,
+        session_twice(reqwest::Method::DELETE).send().await,
+    ];
+    for refused in refusals {
+        let refused = refused.expect("an answer");
+        assert_eq!(refused.status().as_u16(), 400);
+        let refusal: Value = refused.json().await.expect("a JSON-RPC error");
+        assert_eq!(refusal["error"]["code"], -32600, "{refusal}");
+        let message = refusal["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("more than once"), "{refusal}");
+    }
     let still = legacy.request("tools/list", json!({})).await;
     assert_eq!(
         still.status, 200,

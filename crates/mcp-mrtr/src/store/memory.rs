@@ -245,8 +245,10 @@ impl<K: Hash + Eq + Clone> Table<K> {
             }
             Some(_) => {
                 drop(shard);
-                // Lapsed: counted out as a read past its deadline is.
-                return self.get_owned(&key).is_some();
+                // Lapsed: counted out as a read past its deadline is. Whatever may be there
+                // by now is not what a replacement expected.
+                let live = self.get_owned(&key).is_some();
+                return live && replacing.is_none();
             }
             None => return false,
         };

@@ -1,6 +1,7 @@
 //! The Redis continuation store, shared by every replica, on one Redis server or a Redis
 //! Cluster: `SET … PX` to park, `GETDEL` to take (atomic, so a state is used once even when two
-//! replicas race), every call bounded by a timeout. Task records are hashes (version and record)
+//! replicas race; on a single server inside a script that also takes the entry off its owner's
+//! index), every call bounded by a timeout. Task records are hashes (version and record)
 //! changed by a compare-and-swap script, so replicas racing on one task never overwrite each
 //! other.
 //!
@@ -82,6 +83,17 @@ fn put_script() -> redis::Script {
     redis::Script::new(&index_within_share("KEYS[2]", "KEYS[1]", put, evict))
 }
 
+/// Takes continuation `KEYS[1]` and, when it was there, takes it off its owner's index `KEYS[2]`:
+/// on a single server, one command that gives the owner's share its place back only for the take
+/// that got the entry (a refused replay's must not uncount a continuation put back since).
+const TAKE_FROM_SHARE: &str = r"
+local taken = redis.call('GETDEL', KEYS[1])
+if taken then
+  redis.call('ZREM', KEYS[2], KEYS[1])
+end
+return taken
+";
+
 /// Lines about Redis refusing writes for want of memory.
 static OUT_OF_MEMORY: LogBudget = LogBudget::new();
 
@@ -137,11 +149,13 @@ pub struct RedisStore {
     prefix: String,
     timeout: Duration,
     share: u64,
-    /// Whether writes go through [`put_script`] (a single server), or as a write beside
-    /// [`index_script`] on the index's own node (a cluster).
+    /// Whether writes go through [`put_script`] and takes through [`TAKE_FROM_SHARE`] (a single
+    /// server), or as a write beside [`index_script`] on the index's own node, and a take then
+    /// its index's update (a cluster).
     one_script_puts: bool,
     index_within_share: redis::Script,
     put_within_share: redis::Script,
+    take_from_share: redis::Script,
     admit_task: redis::Script,
     create_task: redis::Script,
     replace_task: redis::Script,
@@ -202,6 +216,7 @@ impl RedisStore {
             one_script_puts,
             index_within_share: index_script(),
             put_within_share: put_script(),
+            take_from_share: redis::Script::new(TAKE_FROM_SHARE),
             admit_task: redis::Script::new(ADMIT_TASK),
             create_task: redis::Script::new(CREATE_TASK),
             replace_task: redis::Script::new(REPLACE_TASK),
@@ -416,20 +431,24 @@ impl ContinuationStore for RedisStore {
     async fn take(&self, owner: &Owner, id: ContinuationId) -> Result<Option<Vec<u8>>, StoreError> {
         let hex = id.to_hex();
         let key = self.key(&hex);
+        let owner_key = self.owner_key("continuations", owner);
         let uncounting = self.live.as_ref().map(|l| l.continuations.remove(&hex));
+        if self.one_script_puts {
+            let mut taking = self.take_from_share.key(&key);
+            taking.key(owner_key);
+            return self.counted(self.invoke(taking), uncounting).await;
+        }
+        // On a cluster the index lives on another node: taken off it after the take, and only
+        // by the take that got the entry, before the call goes on (so never after a put back).
+        // Best effort: a place not given back frees up when the entry would have expired, as it
+        // does when another owner takes it.
         let taking = redis::cmd("GETDEL").arg(&key).clone();
-        // Sent beside the take (one round trip on a single server, each to its node on a
-        // cluster), best effort: a place not given back now frees up when the entry would have
-        // expired. Taken by another owner, the entry stays counted until then.
-        let unindexing = redis::cmd("ZREM")
-            .arg(self.owner_key("continuations", owner))
-            .arg(&key)
-            .clone();
-        let (taken, _) = tokio::join!(
-            self.counted(self.run(&taking), uncounting),
-            self.run::<()>(&unindexing)
-        );
-        taken
+        let taken: Option<Vec<u8>> = self.counted(self.run(&taking), uncounting).await?;
+        if taken.is_some() {
+            let unindexing = redis::cmd("ZREM").arg(owner_key).arg(&key).clone();
+            let _ = self.run::<()>(&unindexing).await;
+        }
+        Ok(taken)
     }
 
     fn kind(&self) -> &'static str {

@@ -14,6 +14,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, Uri};
 use axum::response::IntoResponse;
 use bytes::Bytes;
+use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::error::RecvError;
@@ -49,8 +50,10 @@ const MAX_CAPABILITIES_BYTES: usize = 8192;
 const MAX_SUBSCRIPTIONS: usize = 128;
 /// The most bytes a session record may take in the store, whatever it holds.
 const MAX_SESSION_BYTES: usize = 64 * 1024;
+/// Why a request naming a session that is not (or no longer) there gets 404.
+const SESSION_GONE: &str = "Session not found: initialize a new one";
 /// Times a change to a session is tried over a record changed meanwhile before it gives up.
-const UPDATE_ATTEMPTS: usize = 16;
+const UPDATE_ATTEMPTS: u32 = 16;
 
 /// The newest legacy revision, offered when a client asks for one this server does not speak.
 const LATEST_LEGACY: &str = "2025-11-25";
@@ -229,11 +232,7 @@ pub(super) async fn post(
     }
     let principal = caller.principal;
     let session_id = header_text(headers, &SESSION_HEADER)
-        .map_err(|e| {
-            WireError::from(e)
-                .with_status(StatusCode::BAD_REQUEST)
-                .answering(request_id(&incoming).as_ref())
-        })?
+        .map_err(|e| unreadable_session_header(e).answering(request_id(&incoming).as_ref()))?
         .map(str::to_owned);
     let Some(session_id) = session_id else {
         return match incoming {
@@ -670,7 +669,7 @@ async fn session_of(
         .await
         .map_err(|e| WireError::unauthorized(&e))?;
     let session_id = header_text(headers, &SESSION_HEADER)
-        .map_err(|e| WireError::from(e).with_status(StatusCode::BAD_REQUEST))?
+        .map_err(unreadable_session_header)?
         .ok_or_else(|| {
             WireError::refused(StatusCode::BAD_REQUEST, "Missing Mcp-Session-Id header")
         })?
@@ -686,6 +685,12 @@ async fn session_of(
     Ok((session_id, session, valid_until))
 }
 
+/// An `Mcp-Session-Id` sent twice or not in visible ASCII: an invalid request with 400, as for a
+/// missing one (2025-11-25 has no -32020, the modern wire's code for a header it cannot read).
+fn unreadable_session_header(error: ProtocolError) -> WireError {
+    WireError::refused(StatusCode::BAD_REQUEST, error.message)
+}
+
 /// Loads a session and gives it its idle time again: 404 when unknown, ended or past its maximum
 /// age, 403 when it belongs to someone else.
 async fn load(
@@ -695,12 +700,7 @@ async fn load(
 ) -> Result<Session, WireError> {
     let unavailable =
         |e: ProtocolError| WireError::from(e).with_status(StatusCode::SERVICE_UNAVAILABLE);
-    let gone = || {
-        WireError::refused(
-            StatusCode::NOT_FOUND,
-            "Session not found: initialize a new one",
-        )
-    };
+    let gone = || WireError::refused(StatusCode::NOT_FOUND, SESSION_GONE);
     match read(endpoint, session_id).await {
         Ok(Some(session)) if session.principal == principal.id() => {
             match renew(endpoint, session_id, &session).await {
@@ -788,7 +788,13 @@ async fn update(
     change: impl Fn(&mut Session) -> Result<(), ProtocolError>,
 ) -> Result<bool, ProtocolError> {
     let sessions = &endpoint.legacy.sessions;
-    for _ in 0..UPDATE_ATTEMPTS {
+    for attempt in 0..UPDATE_ATTEMPTS {
+        if attempt > 0 {
+            // Apart at random, so that changes colliding once rarely collide again.
+            let most = 1u64 << attempt.min(5);
+            let pause = rand::thread_rng().gen_range(0..=most);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
         let Some(stored) = sessions.read_session(session_id).await? else {
             return Ok(false);
         };
@@ -807,16 +813,14 @@ async fn update(
     ))
 }
 
-/// The empty result of a request that changed the session, or the error of one whose session
-/// ended before the change was written.
+/// The empty result of a request that changed the session, or, when the session ended before
+/// the change was written, the 404 that tells a client to initialize a new one.
 fn changed(updated: bool, id: &RequestId) -> Result<Response<Body>, ProtocolError> {
     if updated {
-        Ok(ok(id, json!({})))
-    } else {
-        Err(ProtocolError::invalid_request(
-            "The session has ended: initialize a new one",
-        ))
+        return Ok(ok(id, json!({})));
     }
+    let gone = WireError::refused(StatusCode::NOT_FOUND, SESSION_GONE);
+    Ok(gone.answering(Some(id)).into_response())
 }
 
 /// The ids of `session`'s questions, vouched for by the keys every replica shares.
@@ -915,5 +919,20 @@ mod tests {
         }))
         .expect("a record from before the field reads");
         assert!(older.initialized, "a record from before the field");
+    }
+
+    #[tokio::test]
+    async fn a_change_to_a_session_ended_meanwhile_is_answered_404_with_the_request_id() {
+        let id = RequestId::from_value(json!(7)).expect("an id");
+        let answered = changed(true, &id).expect("a response");
+        assert_eq!(answered.status(), StatusCode::OK);
+        let gone = changed(false, &id).expect("a response");
+        assert_eq!(gone.status(), StatusCode::NOT_FOUND);
+        let body = axum::body::to_bytes(gone.into_body(), 4096)
+            .await
+            .expect("the body");
+        let error: Value = serde_json::from_slice(&body).expect("JSON");
+        assert_eq!(error["id"], 7, "{error}");
+        assert_eq!(error["error"]["message"], SESSION_GONE, "{error}");
     }
 }
