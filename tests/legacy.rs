@@ -590,11 +590,15 @@ async fn a_session_request_naming_a_revision_not_served_gets_400() {
         session_twice(reqwest::Method::GET).send().await,
         session_twice(reqwest::Method::DELETE).send().await,
     ];
-    for refused in refusals {
+    for (refused, id) in refusals
+        .into_iter()
+        .zip([json!(11), Value::Null, Value::Null])
+    {
         let refused = refused.expect("an answer");
         assert_eq!(refused.status().as_u16(), 400);
         let refusal: Value = refused.json().await.expect("a JSON-RPC error");
         assert_eq!(refusal["error"]["code"], -32600, "{refusal}");
+        assert_eq!(refusal["id"], id, "the POST's own id: {refusal}");
         let message = refusal["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains("more than once"), "{refusal}");
     }

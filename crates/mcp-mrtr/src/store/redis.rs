@@ -85,11 +85,13 @@ fn put_script() -> redis::Script {
 
 /// Takes continuation `KEYS[1]` and, when it was there, takes it off its owner's index `KEYS[2]`:
 /// on a single server, one command that gives the owner's share its place back only for the take
-/// that got the entry (a refused replay's must not uncount a continuation put back since).
+/// that got the entry (a refused replay's must not uncount a continuation put back since). The
+/// index is best effort: one Redis refuses (a key of another type) must not fail a take whose
+/// entry is already deleted, so its error is caught.
 const TAKE_FROM_SHARE: &str = r"
 local taken = redis.call('GETDEL', KEYS[1])
 if taken then
-  redis.call('ZREM', KEYS[2], KEYS[1])
+  redis.pcall('ZREM', KEYS[2], KEYS[1])
 end
 return taken
 ";

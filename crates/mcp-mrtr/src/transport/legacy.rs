@@ -799,6 +799,10 @@ async fn update(
             return Ok(false);
         };
         let mut session = decode(&stored)?;
+        if session.lifetime(&endpoint.legacy).is_none() {
+            // Past its maximum age since it was loaded: ended, as `load` would have found it.
+            return Ok(false);
+        }
         change(&mut session)?;
         let (record, lifetime) = encode(endpoint, &session)?;
         if sessions

@@ -220,7 +220,8 @@ pub async fn sessions_change_only_over_what_they_hold(
 /// Has an owner whose index of continuations Redis cannot add to park one: `clobber` is given the
 /// index's key (named as the store names it: the owner's SHA-256, 12 bytes in hex, under
 /// `prefix`) and turns it into a plain string, as an operator's mistake or a key clash would.
-/// The put fails, and no entry is left behind for a state nobody was given. Returns the key.
+/// The put fails, and no entry is left behind for a state nobody was given; a continuation parked
+/// before is still taken whole (its index is best effort). Returns the key.
 pub async fn a_put_refused_half_way_leaves_nothing(
     store: &impl mcp_mrtr::store::ContinuationStore,
     prefix: &str,
@@ -231,15 +232,28 @@ pub async fn a_put_refused_half_way_leaves_nothing(
     let owner = Owner::new("user:clobbered");
     let digest = Sha256::digest(owner.as_str().as_bytes());
     let index = format!("{prefix}owner:continuations:{}", hex::encode(&digest[..12]));
+    let ttl = Duration::from_secs(60);
+    let parked_before = ContinuationId::random();
+    store
+        .put(&owner, parked_before, b"before".to_vec(), ttl)
+        .await
+        .expect("parked while the index was sound");
     clobber(&index);
     let id = ContinuationId::random();
-    let ttl = Duration::from_secs(60);
     let refused = store.put(&owner, id, b"half".to_vec(), ttl).await;
     assert!(refused.is_err(), "Redis refuses the index: {refused:?}");
     assert_eq!(
         store.take(&owner, id).await.expect("take"),
         None,
         "no entry is left behind"
+    );
+    let taken = store.take(&owner, parked_before).await;
+    assert_eq!(
+        taken
+            .expect("a take does not fail over its index")
+            .as_deref(),
+        Some(&b"before"[..]),
+        "taken whole"
     );
     index
 }
