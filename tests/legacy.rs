@@ -121,6 +121,40 @@ async fn subscriptions_sent_at_once_to_two_replicas_all_stay() {
     );
 }
 
+/// On Redis, the sessions a caller ended give their places in its share back at once, and past
+/// its share the session it left idle the longest goes, not the one it is using.
+#[tokio::test]
+async fn on_redis_a_callers_share_of_sessions_counts_only_those_it_holds() {
+    let server = TestServer::start_with(ServerOptions {
+        redis_url: Some(support::net::shared_redis_url()),
+        // A share of two for the anonymous caller every test here is: keys of its own.
+        redis_prefix: Some(format!("mcp-test-{}:", support::net::random_hex(6))),
+        share_per_owner: 2,
+        ..ServerOptions::default()
+    })
+    .await;
+    let status = |client: &LegacyClient| {
+        let client = client.clone();
+        async move { client.request("tools/list", json!({})).await.status }
+    };
+    let in_use = session(&server, json!({})).await;
+    for _ in 0..3 {
+        let ended = session(&server, json!({})).await;
+        let deleted = ended.delete_session().await;
+        assert_eq!(deleted, 200, "DELETE answered {deleted}");
+    }
+    let idle = session(&server, json!({})).await;
+    assert_eq!(
+        status(&in_use).await,
+        200,
+        "the ended sessions held no place"
+    );
+    let newest = session(&server, json!({})).await;
+    assert_eq!(status(&in_use).await, 200, "the session in use stays");
+    assert_eq!(status(&idle).await, 404, "the one idle the longest went");
+    assert_eq!(status(&newest).await, 200);
+}
+
 /// `reply` is a success with an empty result, as `resources/subscribe` and `unsubscribe` answer.
 fn assert_empty_result(reply: &support::legacy::LegacyReply, what: &str) {
     assert_eq!(reply.status, 200, "{what}: {:?}", reply.messages);
@@ -168,6 +202,30 @@ async fn initialize_opens_a_session_whose_results_are_plain_2025_results() {
         Some(-32601),
         "2026-only methods do not exist in a legacy session"
     );
+}
+
+/// A client is agreed with on a revision whose wire the server follows; one asking for
+/// 2025-03-26 (which obliges a server to take JSON-RPC batches) or 2024-11-05 (before Streamable
+/// HTTP) is offered 2025-11-25 instead.
+#[tokio::test]
+async fn initialize_agrees_only_on_revisions_whose_wire_the_server_follows() {
+    let server = TestServer::start().await;
+    for (asked, agreed) in [
+        ("2025-11-25", "2025-11-25"),
+        ("2025-06-18", "2025-06-18"),
+        ("2025-03-26", "2025-11-25"),
+        ("2024-11-05", "2025-11-25"),
+        ("2099-01-01", "2025-11-25"),
+    ] {
+        let hello = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": asked, "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let reply = LegacyClient::new(server.url(), None)
+            .send_raw("initialize", &hello, false)
+            .await;
+        assert_eq!(reply.status, 200, "{asked}: {:?}", reply.messages);
+        assert_eq!(reply.result()["protocolVersion"], agreed, "asked {asked}");
+    }
 }
 
 #[tokio::test]
@@ -1054,6 +1112,43 @@ mod movies {
             "WANT_TO_WATCH",
             "never asked"
         );
+    }
+
+    /// A 2025-06-18 client is asked its status with the choices as that revision's forms offer
+    /// them (`enum` titled by `enumNames`, no `mode`), and its answer is saved.
+    #[tokio::test]
+    async fn a_2025_06_18_session_is_asked_with_choices_its_forms_know() {
+        let mut replicas = Replicas::start_with(1, SharedSettings::new(shared_redis_url())).await;
+        let token = replicas.settings.token("june");
+        let client = LegacyClient::new(replicas.replica(1).url(), Some(token))
+            .initialize_at("2025-06-18", json!({"elicitation": {}}))
+            .await;
+        let mut call = client
+            .start_call("addToWatchlist", json!({"subject": {"movieId": "6"}}))
+            .await;
+        let request = call.next_server_request().await;
+        assert_eq!(request["method"], "elicitation/create");
+        let params = &request["params"];
+        assert!(
+            params.get("mode").is_none(),
+            "2025-06-18 has no mode: {params}"
+        );
+        let status = &params["requestedSchema"]["properties"]["status"];
+        assert_eq!(
+            status["enum"],
+            json!(["WANT_TO_WATCH", "WATCHED"]),
+            "{status}"
+        );
+        assert_eq!(
+            status["enumNames"],
+            json!(["Want to watch", "Already watched"]),
+            "{status}"
+        );
+        assert!(status.get("oneOf").is_none(), "{status}");
+        let answer = json!({"action": "accept", "content": {"status": "WATCHED"}});
+        assert_eq!(client.answer(&request["id"], answer).await, 202);
+        assert_eq!(structured(&call.response().await)["status"], "WATCHED");
+        assert_eq!(replicas.database.watchlist_rows("june").await, 1);
     }
 
     /// A client's `notifications/cancelled` POSTed to the replica that does not run the call

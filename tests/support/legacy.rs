@@ -97,6 +97,8 @@ pub struct LegacyClient {
     pub url: String,
     token: Option<String>,
     pub session_id: Option<String>,
+    /// The revision the session agreed on, named in every request's `MCP-Protocol-Version`.
+    revision: &'static str,
     next_id: std::sync::Arc<std::sync::atomic::AtomicI64>,
     /// Each listed tool's `outputSchema`, read from `tools/list` before the first tool call.
     output_schemas: std::sync::Arc<tokio::sync::OnceCell<std::collections::HashMap<String, Value>>>,
@@ -109,6 +111,7 @@ impl LegacyClient {
             url,
             token,
             session_id: None,
+            revision: LEGACY,
             next_id: Default::default(),
             output_schemas: Default::default(),
         }
@@ -145,7 +148,7 @@ impl LegacyClient {
         if let Some(session) = &self.session_id {
             request = request
                 .header(SESSION_HEADER, session)
-                .header("MCP-Protocol-Version", LEGACY);
+                .header("MCP-Protocol-Version", self.revision);
         }
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
@@ -155,7 +158,12 @@ impl LegacyClient {
 
     /// `initialize` then `notifications/initialized`, declaring `capabilities`.
     pub async fn initialize(self, capabilities: Value) -> Self {
-        let opened = self.open(capabilities).await;
+        self.initialize_at(LEGACY, capabilities).await
+    }
+
+    /// The same, asking for `revision` (which the server must agree on).
+    pub async fn initialize_at(self, revision: &'static str, capabilities: Value) -> Self {
+        let opened = self.open_at(revision, capabilities).await;
         let initialized = opened.notify("notifications/initialized").await;
         assert_eq!(initialized, 202);
         opened
@@ -163,14 +171,19 @@ impl LegacyClient {
 
     /// `initialize` alone, declaring `capabilities`: a session whose client has not yet said
     /// `notifications/initialized`.
-    pub async fn open(mut self, capabilities: Value) -> Self {
+    pub async fn open(self, capabilities: Value) -> Self {
+        self.open_at(LEGACY, capabilities).await
+    }
+
+    async fn open_at(mut self, revision: &'static str, capabilities: Value) -> Self {
         let body = json!({
             "jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": {"protocolVersion": LEGACY, "capabilities": capabilities, "clientInfo": {"name": "legacy-test-client", "version": "1.0.0"}}
+            "params": {"protocolVersion": revision, "capabilities": capabilities, "clientInfo": {"name": "legacy-test-client", "version": "1.0.0"}}
         });
         let reply = self.send_raw("initialize", &body, false).await;
         assert_eq!(reply.status, 200, "initialize: {:?}", reply.messages);
-        assert_eq!(reply.result()["protocolVersion"], LEGACY);
+        assert_eq!(reply.result()["protocolVersion"], revision);
+        self.revision = revision;
         let session = reply
             .session_id
             .clone()

@@ -120,7 +120,7 @@ async fn a_single_url_naming_a_cluster_node_is_served_as_the_cluster() {
 /// An owner with a share of 3 that parks 6 continuations through a store on `config` finds only
 /// its 3 latest when it takes them back, whatever node they live on; parking and taking back 10
 /// more one at a time costs it none it left waiting. Its sessions change only over what they
-/// hold.
+/// hold, and its share of them counts only those it holds, the one idle the longest going first.
 async fn only_the_oldest_go_past_the_share(config: RedisStoreConfig) {
     let store = RedisStore::connect(config, 3).await.expect("Redis answers");
     let owner = Owner::new("user:mallory");
@@ -131,6 +131,7 @@ async fn only_the_oldest_go_past_the_share(config: RedisStoreConfig) {
         "what the owner took back holds no place in its share"
     );
     support::redis::sessions_change_only_over_what_they_hold(&store, &owner).await;
+    support::redis::sessions_share_counts_what_the_owner_holds(&store).await;
 }
 
 /// A conversation started on `first` and answered on `second`; its state cannot be used again.

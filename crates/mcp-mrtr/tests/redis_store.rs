@@ -194,8 +194,18 @@ async fn past_its_share_an_owner_loses_only_its_own_oldest_entries_in_redis() {
             .unwrap();
     }
     assert_eq!(store.read_session("session-0").await.unwrap(), None);
-    assert!(store.touch_session("session-3", ttl).await.unwrap());
-    assert!(!store.touch_session("session-0", ttl).await.unwrap());
+    assert!(
+        store
+            .touch_session(&flooder, "session-3", ttl)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .touch_session(&flooder, "session-0", ttl)
+            .await
+            .unwrap()
+    );
     support::redis::sessions_change_only_over_what_they_hold(&store, &flooder).await;
 
     // An index emptied by takes goes at once (the flooder took back all its continuations);
@@ -227,6 +237,12 @@ async fn past_its_share_an_owner_loses_only_its_own_oldest_entries_in_redis() {
             .unwrap();
         assert!(left > 0 && left <= 60_000, "{index} expires in {left} ms");
     }
+
+    // Ended sessions free their places, and a session in use is the last to go: in Redis as in
+    // the memory store.
+    support::redis::sessions_share_counts_what_the_owner_holds(&store).await;
+    let in_memory = mcp_mrtr::store::MemoryStore::new(100, 3);
+    support::redis::sessions_share_counts_what_the_owner_holds(&in_memory).await;
 }
 
 /// A store on the shared Redis under a fresh prefix starting with `stem`, with a share of ten;

@@ -169,7 +169,13 @@ pub struct LegacyPeer {
     pending: Arc<PendingAnswers>,
     ids: QuestionIds,
     timeout: Duration,
+    /// Whether the session speaks 2025-06-18, whose forms know choices only as `enum`.
+    enum_names_only: bool,
 }
+
+/// The revision whose forms offer choices only as `enum` (titled by `enumNames`), and whose
+/// `elicitation/create` has no `mode`.
+const ENUM_NAMES_REVISION: &str = "2025-06-18";
 
 impl LegacyPeer {
     /// A peer that registers its questions, under `ids`, in `pending` and waits up to `timeout`
@@ -179,7 +185,15 @@ impl LegacyPeer {
             pending,
             ids,
             timeout,
+            enum_names_only: false,
         }
+    }
+
+    /// The same peer for a session that agreed on `revision`: its questions are written the
+    /// way that revision says them.
+    pub fn speaking(mut self, revision: &str) -> Self {
+        self.enum_names_only = revision == ENUM_NAMES_REVISION;
+        self
     }
 
     /// Sends `request` to the client on `notifier`'s stream and waits for its answer.
@@ -206,6 +220,9 @@ impl LegacyPeer {
             // does not see the id.)
             message["params"]["elicitationId"] = id.as_value().clone();
         }
+        if self.enum_names_only {
+            as_2025_06_18(&mut message);
+        }
         message["jsonrpc"] = Value::from("2.0");
         message["id"] = id.as_value().clone();
         let message = serde_json::to_vec(&message).map_err(|e| error_value(&e.to_string()))?;
@@ -230,6 +247,47 @@ impl LegacyPeer {
         );
         let _ = tokio::time::timeout(CANCEL_NOTICE_WAIT, notifier.send_raw(cancelled)).await;
         Err(error_value(&reason))
+    }
+}
+
+/// Writes a form question (`{method, params}`) the way 2025-06-18 says it: without `mode`, and
+/// each titled single choice (`oneOf` of `const` and `title`) as `enum` with `enumNames`, which
+/// that revision's forms show as choices (it would take the `oneOf` for free text). What it has
+/// no words for (several choices at once) is left as asked. The answer is still checked against
+/// the question as the tool asked it, which answers to the rewritten form fit.
+fn as_2025_06_18(message: &mut Value) {
+    if message.get("method").and_then(Value::as_str) != Some("elicitation/create") {
+        return;
+    }
+    let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) else {
+        return;
+    };
+    params.remove("mode");
+    let properties = params
+        .get_mut("requestedSchema")
+        .and_then(|schema| schema.get_mut("properties"))
+        .and_then(Value::as_object_mut);
+    for property in properties.into_iter().flat_map(|p| p.values_mut()) {
+        let Some(property) = property.as_object_mut() else {
+            continue;
+        };
+        let titled: Option<(Vec<Value>, Vec<Value>)> = property
+            .get("oneOf")
+            .and_then(Value::as_array)
+            .and_then(|choices| {
+                choices
+                    .iter()
+                    .map(|choice| {
+                        Some((choice.get("const")?.clone(), choice.get("title")?.clone()))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })
+            .map(|choices| choices.into_iter().unzip());
+        if let Some((values, titles)) = titled {
+            property.remove("oneOf");
+            property.insert("enum".into(), Value::Array(values));
+            property.insert("enumNames".into(), Value::Array(titles));
+        }
     }
 }
 
@@ -319,6 +377,34 @@ mod tests {
     use super::*;
 
     const WAIT: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_2025_06_18_form_offers_titled_choices_as_enum_names_and_has_no_mode() {
+        let mut asked = json!({"method": "elicitation/create", "params": {
+            "mode": "form", "message": "Watched it?",
+            "requestedSchema": {"type": "object", "required": ["status"], "properties": {
+                "status": {"type": "string", "title": "Status", "oneOf": [
+                    {"const": "WANT_TO_WATCH", "title": "Want to watch"},
+                    {"const": "WATCHED", "title": "Already watched"}]},
+                "note": {"type": "string", "maxLength": 20},
+                "tags": {"type": "array", "items": {"anyOf": [{"const": "a", "title": "A"}]}}}}}});
+        as_2025_06_18(&mut asked);
+        assert_eq!(
+            asked,
+            json!({"method": "elicitation/create", "params": {
+                "message": "Watched it?",
+                "requestedSchema": {"type": "object", "required": ["status"], "properties": {
+                    "status": {"type": "string", "title": "Status",
+                               "enum": ["WANT_TO_WATCH", "WATCHED"],
+                               "enumNames": ["Want to watch", "Already watched"]},
+                    "note": {"type": "string", "maxLength": 20},
+                    "tags": {"type": "array", "items": {"anyOf": [{"const": "a", "title": "A"}]}}}}}})
+        );
+        let sampling = json!({"method": "sampling/createMessage", "params": {"mode": "x"}});
+        let mut unchanged = sampling.clone();
+        as_2025_06_18(&mut unchanged);
+        assert_eq!(unchanged, sampling, "only forms are rewritten");
+    }
 
     #[test]
     fn a_form_answer_that_does_not_fit_counts_as_cancelled() {

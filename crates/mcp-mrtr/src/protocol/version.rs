@@ -9,6 +9,12 @@ pub const MODERN: &str = "2026-07-28";
 /// Revisions whose clients open a session with `initialize` (served by the `legacy` feature).
 pub const LEGACY_REVISIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
+/// The legacy revisions a client may agree on at `initialize`: those whose wire this server
+/// follows. 2025-03-26 obliges a server to take JSON-RPC batches, which this one refuses, and
+/// 2024-11-05 predates Streamable HTTP: a client asking for either is offered 2025-11-25, as
+/// the lifecycle allows, and decides whether to go on.
+pub const AGREED_AT_INITIALIZE: [&str; 2] = ["2025-11-25", "2025-06-18"];
+
 /// Every revision a request may name and be served with, newest first.
 pub fn supported() -> &'static [&'static str] {
     &[MODERN]

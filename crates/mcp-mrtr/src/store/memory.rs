@@ -92,12 +92,19 @@ impl SessionStore for MemoryStore {
         Ok(self.sessions.get(session_id))
     }
 
-    async fn touch_session(&self, session_id: &str, ttl: Duration) -> Result<bool, StoreError> {
+    /// The entry knows whose share it counts against (here and in the two calls below).
+    async fn touch_session(
+        &self,
+        _: &Owner,
+        session_id: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
         Ok(self.sessions.renew(session_id.to_owned(), ttl, None))
     }
 
     async fn replace_session(
         &self,
+        _: &Owner,
         session_id: &str,
         expected: &[u8],
         record: Vec<u8>,
@@ -107,7 +114,7 @@ impl SessionStore for MemoryStore {
         Ok(self.sessions.renew(session_id.to_owned(), ttl, replacing))
     }
 
-    async fn delete_session(&self, session_id: &str) -> Result<(), StoreError> {
+    async fn delete_session(&self, _: &Owner, session_id: &str) -> Result<(), StoreError> {
         self.sessions.take(session_id);
         Ok(())
     }
@@ -501,7 +508,7 @@ mod tests {
             store.read_session("s").await.unwrap(),
             Some(b"two".to_vec())
         );
-        store.delete_session("s").await.unwrap();
+        store.delete_session(&alice(), "s").await.unwrap();
         assert_eq!(store.read_session("s").await.unwrap(), None);
     }
 
@@ -512,12 +519,12 @@ mod tests {
             .write_session(&alice(), "s", b"one".to_vec(), Duration::from_millis(40))
             .await
             .unwrap();
-        let hour = Duration::from_secs(3600);
-        let over_another = store.replace_session("s", b"zero", b"two".to_vec(), hour);
+        let (owner, hour) = (alice(), Duration::from_secs(3600));
+        let over_another = store.replace_session(&owner, "s", b"zero", b"two".to_vec(), hour);
         assert!(!over_another.await.unwrap());
         assert!(
             store
-                .replace_session("s", b"one", b"two".to_vec(), hour)
+                .replace_session(&alice(), "s", b"one", b"two".to_vec(), hour)
                 .await
                 .unwrap()
         );
@@ -527,8 +534,8 @@ mod tests {
             Some(b"two".to_vec()),
             "replaced, it lives its new time"
         );
-        store.delete_session("s").await.unwrap();
-        let over_nothing = store.replace_session("s", b"two", b"three".to_vec(), hour);
+        store.delete_session(&alice(), "s").await.unwrap();
+        let over_nothing = store.replace_session(&owner, "s", b"two", b"three".to_vec(), hour);
         assert!(!over_nothing.await.unwrap(), "a deleted session stays so");
         assert_eq!(store.read_session("s").await.unwrap(), None);
     }
@@ -577,6 +584,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_ended_session_holds_no_place_in_its_owners_share() {
+        let store = MemoryStore::new(100, 2);
+        let ttl = Duration::from_secs(60);
+        let ended: Vec<String> = (0..5).map(|number| format!("ended-{number}")).collect();
+        let opened = ["in-use"]
+            .into_iter()
+            .chain(ended.iter().map(String::as_str))
+            .chain(["newer"]);
+        for id in opened {
+            store
+                .write_session(&alice(), id, b"s".to_vec(), ttl)
+                .await
+                .unwrap();
+            if id.starts_with("ended") {
+                store.delete_session(&alice(), id).await.unwrap();
+            }
+        }
+        assert_eq!(
+            store.read_session("in-use").await.unwrap(),
+            Some(b"s".to_vec())
+        );
+    }
+
+    #[tokio::test]
     async fn a_session_read_past_its_deadline_is_counted_out_at_once() {
         let store = MemoryStore::new(100, 10);
         store
@@ -604,14 +635,14 @@ mod tests {
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(store.touch_session("kept", ttl).await.unwrap());
+        assert!(store.touch_session(&alice(), "kept", ttl).await.unwrap());
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(
             store.read_session("kept").await.unwrap(),
             Some(b"k".to_vec())
         );
         assert_eq!(store.read_session("left").await.unwrap(), None);
-        assert!(!store.touch_session("left", ttl).await.unwrap());
+        assert!(!store.touch_session(&alice(), "left", ttl).await.unwrap());
     }
 
     #[tokio::test]
@@ -625,7 +656,7 @@ mod tests {
                 .unwrap();
         }
         for _ in 0..10_000 {
-            assert!(store.touch_session("a", ttl).await.unwrap());
+            assert!(store.touch_session(&alice(), "a", ttl).await.unwrap());
         }
         assert_eq!(store.sessions.live.load(Ordering::Relaxed), 2);
         let (_, positions) = entries(&store.sessions);

@@ -115,7 +115,9 @@ pub trait ContinuationStore: Send + Sync + 'static {
 }
 
 /// Where sessions live (2025-11-25 clients' `Mcp-Session-Id`): small records every replica must
-/// see, each with a lifetime that a rewrite or a touch starts afresh.
+/// see, each with a lifetime that a rewrite or a touch starts afresh. `owner` is always the one
+/// the session was written for: past its share, an owner loses the session it left idle the
+/// longest, and one it ended no longer counts.
 #[async_trait]
 pub trait SessionStore: Send + Sync + 'static {
     /// Writes `record` under `session_id` for at most `ttl`, counted against `owner`'s share.
@@ -131,7 +133,12 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn read_session(&self, session_id: &str) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// Gives a session `ttl` more to live from now; `false` if it is gone.
-    async fn touch_session(&self, session_id: &str, ttl: Duration) -> Result<bool, StoreError>;
+    async fn touch_session(
+        &self,
+        owner: &Owner,
+        session_id: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError>;
 
     /// Replaces a session's record with `record`, giving it `ttl` more to live from now, if it
     /// still reads `expected`; `false`, with nothing written, when it changed, expired or was
@@ -139,14 +146,15 @@ pub trait SessionStore: Send + Sync + 'static {
     /// thus never lose each other's change, and a deleted session stays deleted.
     async fn replace_session(
         &self,
+        owner: &Owner,
         session_id: &str,
         expected: &[u8],
         record: Vec<u8>,
         ttl: Duration,
     ) -> Result<bool, StoreError>;
 
-    /// Ends a session.
-    async fn delete_session(&self, session_id: &str) -> Result<(), StoreError>;
+    /// Ends a session, giving its place in `owner`'s share back.
+    async fn delete_session(&self, owner: &Owner, session_id: &str) -> Result<(), StoreError>;
 
     /// The store's name in metrics (`memory`, `redis`).
     fn kind(&self) -> &'static str {

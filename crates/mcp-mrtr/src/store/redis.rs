@@ -8,16 +8,20 @@
 //! Each owner has an index (a sorted set by deadline) of what it wrote, one per kind of entry
 //! (continuations, sessions, tasks); past its share, its earliest continuations or sessions are
 //! deleted, and a new task is refused (a task is a promise to its client, so none is evicted).
-//! A continuation leaves the index when its owner takes it, anything else when it expires: the
-//! index counts what the owner holds, so an owner who takes back what it parks never loses a
-//! continuation to its share, however many it parks. On a single server one script writes the
-//! entry, updates the index and deletes the evicted entries: one command per write. On a cluster
-//! an entry and its owner's index live on different nodes, so they are written by two commands
-//! sent together, and no command or script ever touches two slots.
+//! A continuation leaves the index when its owner takes it, a session when it ends, anything
+//! else when it expires; a session's deadline there moves with each renewal. So the index
+//! counts what the owner holds: an owner who takes back what it parks never loses a
+//! continuation to its share, however many it parks, and the session an owner's share evicts is
+//! the one due to expire first (of sessions with equal lifetimes, the one left idle the
+//! longest). On a cluster the index is updated apart, best effort. On a single server one script
+//! writes the entry, updates the index and deletes the evicted entries: one command per write.
+//! On a cluster an entry and its owner's index live on different nodes, so they are written by
+//! two commands sent together, and no command or script ever touches two slots.
 //!
 //! When metrics are enabled before the store connects, continuations and sessions are also
-//! counted for them ([`super::redis_live`]): one more command beside each write and each take,
-//! and a background sweep every 15 s unless [`RedisStore::sweeping_every`] says otherwise.
+//! counted for them ([`super::redis_live`]): one more command beside each write and each
+//! delete, one after each renewal of a session, and, on a cluster, one after a take that got
+//! its entry (on a single server the take's script does it); and a background sweep every 15 s unless [`RedisStore::sweeping_every`] says otherwise.
 
 use std::time::Duration;
 
@@ -83,15 +87,20 @@ fn put_script() -> redis::Script {
     redis::Script::new(&index_within_share("KEYS[2]", "KEYS[1]", put, evict))
 }
 
-/// Takes continuation `KEYS[1]` and, when it was there, takes it off its owner's index `KEYS[2]`:
-/// on a single server, one command that gives the owner's share its place back only for the take
-/// that got the entry (a refused replay's must not uncount a continuation put back since). The
-/// index is best effort: one Redis refuses (a key of another type) must not fail a take whose
-/// entry is already deleted, so its error is caught.
+/// Takes continuation `KEYS[1]` and, when it was there, takes it off its owner's index `KEYS[2]`
+/// and, given `KEYS[3]` (metrics on), member `ARGV[1]` off that live index: on a single server,
+/// one command that gives the owner's share its place back and counts the entry out only for the
+/// take that got it (a refused replay's must not uncount a continuation put back since; one that
+/// expired unread is left for the sweep to count as lapsed). The indexes are best effort: one
+/// Redis refuses (a key of another type) must not fail a take whose entry is already deleted,
+/// so their errors are caught.
 const TAKE_FROM_SHARE: &str = r"
 local taken = redis.call('GETDEL', KEYS[1])
 if taken then
   redis.pcall('ZREM', KEYS[2], KEYS[1])
+  if KEYS[3] then
+    redis.pcall('ZREM', KEYS[3], ARGV[1])
+  end
 end
 return taken
 ";
@@ -118,14 +127,69 @@ end
 return 1
 ";
 
-/// Replaces session record `KEYS[1]` with `ARGV[2]` for `ARGV[3]` ms if it still holds `ARGV[1]`.
-const REPLACE_SESSION: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return 1
-end
-return 0
+/// Lua reading the clock into `now`, in microseconds, as the indexes score deadlines.
+const NOW: &str = r"
+local clock = redis.call('TIME')
+local now = clock[1] * 1000000 + clock[2]
 ";
+
+/// Lua that gives `member` of the owner's index `index` the deadline `ttl` ms after `now`, as
+/// its renewed entry has, if the index still lists it with an earlier one (a session's deadline
+/// only moves on, so renewals arriving out of order cannot bring it back), and keeps the index at
+/// least that long. Best effort (`pcall`): an index Redis refuses must not undo the renewal of
+/// the entry itself.
+fn renew_in_index(index: &str, member: &str, ttl: &str) -> String {
+    format!(
+        r"
+local deadline = string.format('%.0f', now + tonumber({ttl}) * 1000)
+redis.pcall('ZADD', {index}, 'XX', 'GT', deadline, {member})
+if redis.call('PTTL', {index}) < tonumber({ttl}) then
+  redis.pcall('PEXPIRE', {index}, {ttl})
+end
+"
+    )
+}
+
+/// Gives session `KEYS[1]` `ARGV[1]` ms more to live and returns 1, or 0 when it is gone; on a
+/// single server (given `index`, the owner's index) its place in the index moves with it, so
+/// that a session in use is the last its owner's share evicts, as in the memory store.
+fn touch_session_script(index: Option<&str>) -> redis::Script {
+    let renewal = index.map_or_else(String::new, |index| {
+        NOW.to_owned() + &renew_in_index(index, "KEYS[1]", "ARGV[1]")
+    });
+    redis::Script::new(&format!(
+        "if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then return 0 end\n{renewal}return 1\n"
+    ))
+}
+
+/// Replaces session record `KEYS[1]` with `ARGV[2]` for `ARGV[3]` ms if it still holds
+/// `ARGV[1]`, returning 1 (else 0); on a single server (given `index`) its place in the owner's
+/// index moves with it, as for a touch.
+fn replace_session_script(index: Option<&str>) -> redis::Script {
+    let renewal = index.map_or_else(String::new, |index| {
+        NOW.to_owned() + &renew_in_index(index, "KEYS[1]", "ARGV[3]")
+    });
+    redis::Script::new(&format!(
+        r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+{renewal}return 1
+"
+    ))
+}
+
+/// On a single server: deletes session `KEYS[1]` and takes it off its owner's index `KEYS[2]` in
+/// one step, so that no write in between counts the ended session in the owner's share.
+const DELETE_SESSION: &str = r"
+redis.call('DEL', KEYS[1])
+redis.pcall('ZREM', KEYS[2], KEYS[1])
+";
+
+/// On a cluster, where a session and its owner's index live on different nodes: gives member
+/// `ARGV[1]` of index `KEYS[1]` the deadline `ARGV[2]` ms from now, after its session was renewed.
+fn renew_in_index_script() -> redis::Script {
+    redis::Script::new(&(NOW.to_owned() + &renew_in_index("KEYS[1]", "ARGV[1]", "ARGV[2]")))
+}
 
 /// Creates task record `KEYS[1]` (a hash: version `v`, record `r`) to live `ARGV[2]` ms.
 const CREATE_TASK: &str = r"
@@ -161,7 +225,11 @@ pub struct RedisStore {
     admit_task: redis::Script,
     create_task: redis::Script,
     replace_task: redis::Script,
+    touch_session: redis::Script,
     replace_session: redis::Script,
+    delete_session: redis::Script,
+    /// On a cluster, a renewed session's place in its owner's index, moved apart.
+    renew_in_index: redis::Script,
     /// The indexes of live entries, when metrics are enabled.
     live: Option<Live>,
 }
@@ -222,7 +290,12 @@ impl RedisStore {
             admit_task: redis::Script::new(ADMIT_TASK),
             create_task: redis::Script::new(CREATE_TASK),
             replace_task: redis::Script::new(REPLACE_TASK),
-            replace_session: redis::Script::new(REPLACE_SESSION),
+            // On a single server the session's scripts move its place in the index too (the
+            // index is their second key).
+            touch_session: touch_session_script(one_script_puts.then_some("KEYS[2]")),
+            replace_session: replace_session_script(one_script_puts.then_some("KEYS[2]")),
+            delete_session: redis::Script::new(DELETE_SESSION),
+            renew_in_index: renew_in_index_script(),
             live,
         })
     }
@@ -328,14 +401,36 @@ impl RedisStore {
         }
     }
 
-    /// Renews a session in the live index once it has been given `ttl` more (`renewed`). After
-    /// the renewal, not beside it: a session that has just expired must not be renewed there.
-    async fn renewed(&self, session_id: &str, renewed: bool, ttl: Duration) {
-        if let (true, Some(live)) = (renewed, &self.live) {
-            let _ = self
-                .run::<redis::Value>(&live.sessions.renew(session_id, ttl))
-                .await;
+    /// Once session `key` has been given `ttl` more to live (`renewed`): on a cluster its place
+    /// in the owner's index moves too (on a single server the renewal's script did it), and its
+    /// live index entry when metrics are on. After the renewal, not beside it: a session that
+    /// has just expired must not be renewed there. Best effort, the two sent together.
+    async fn renewed(
+        &self,
+        owner: &Owner,
+        key: &str,
+        session_id: &str,
+        renewed: bool,
+        ttl: Duration,
+    ) {
+        if !renewed {
+            return;
         }
+        let reindexing = async {
+            if !self.one_script_puts {
+                let mut renewing = self.renew_in_index.key(self.owner_key("sessions", owner));
+                renewing.arg(key).arg(ttl_millis(ttl));
+                let _ = self.invoke::<redis::Value>(renewing).await;
+            }
+        };
+        let recounting = async {
+            if let Some(live) = &self.live {
+                let _ = self
+                    .run::<redis::Value>(&live.sessions.renew(session_id, ttl))
+                    .await;
+            }
+        };
+        tokio::join!(reindexing, recounting);
     }
 
     /// Checks that Redis answers.
@@ -434,21 +529,24 @@ impl ContinuationStore for RedisStore {
         let hex = id.to_hex();
         let key = self.key(&hex);
         let owner_key = self.owner_key("continuations", owner);
-        let uncounting = self.live.as_ref().map(|l| l.continuations.remove(&hex));
         if self.one_script_puts {
             let mut taking = self.take_from_share.key(&key);
             taking.key(owner_key);
-            return self.counted(self.invoke(taking), uncounting).await;
+            if let Some(live) = &self.live {
+                taking.key(live.continuations.key(&hex)).arg(&hex);
+            }
+            return self.invoke(taking).await;
         }
-        // On a cluster the index lives on another node: taken off it after the take, and only
-        // by the take that got the entry, before the call goes on (so never after a put back).
-        // Best effort: a place not given back frees up when the entry would have expired, as it
-        // does when another owner takes it.
+        // On a cluster the indexes live on other nodes: the entry is taken off them after the
+        // take, and only by the take that got it, before the call goes on (so never after a put
+        // back). Best effort: a place not given back frees up when the entry would have expired,
+        // as it does when another owner takes it.
         let taking = redis::cmd("GETDEL").arg(&key).clone();
-        let taken: Option<Vec<u8>> = self.counted(self.run(&taking), uncounting).await?;
+        let taken: Option<Vec<u8>> = self.run(&taking).await?;
         if taken.is_some() {
             let unindexing = redis::cmd("ZREM").arg(owner_key).arg(&key).clone();
-            let _ = self.run::<()>(&unindexing).await;
+            let uncounting = self.live.as_ref().map(|l| l.continuations.remove(&hex));
+            let _ = self.counted(self.run::<()>(&unindexing), uncounting).await;
         }
         Ok(taken)
     }
@@ -473,27 +571,39 @@ impl SessionStore for RedisStore {
         self.counted(writing, counting).await
     }
 
-    async fn touch_session(&self, session_id: &str, ttl: Duration) -> Result<bool, StoreError> {
-        let command = redis::cmd("PEXPIRE")
-            .arg(self.session_key(session_id))
-            .arg(ttl_millis(ttl))
-            .clone();
-        let touched = self.run::<bool>(&command).await?;
-        self.renewed(session_id, touched, ttl).await;
+    async fn touch_session(
+        &self,
+        owner: &Owner,
+        session_id: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let key = self.session_key(session_id);
+        let mut touching = self.touch_session.key(&key);
+        if self.one_script_puts {
+            touching.key(self.owner_key("sessions", owner));
+        }
+        touching.arg(ttl_millis(ttl));
+        let touched = self.invoke::<bool>(touching).await?;
+        self.renewed(owner, &key, session_id, touched, ttl).await;
         Ok(touched)
     }
 
     async fn replace_session(
         &self,
+        owner: &Owner,
         session_id: &str,
         expected: &[u8],
         record: Vec<u8>,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let mut replacing = self.replace_session.key(self.session_key(session_id));
+        let key = self.session_key(session_id);
+        let mut replacing = self.replace_session.key(&key);
+        if self.one_script_puts {
+            replacing.key(self.owner_key("sessions", owner));
+        }
         replacing.arg(expected).arg(record).arg(ttl_millis(ttl));
         let replaced = self.invoke::<bool>(replacing).await?;
-        self.renewed(session_id, replaced, ttl).await;
+        self.renewed(owner, &key, session_id, replaced, ttl).await;
         Ok(replaced)
     }
 
@@ -502,10 +612,22 @@ impl SessionStore for RedisStore {
             .await
     }
 
-    async fn delete_session(&self, session_id: &str) -> Result<(), StoreError> {
+    async fn delete_session(&self, owner: &Owner, session_id: &str) -> Result<(), StoreError> {
+        let key = self.session_key(session_id);
+        let owner_key = self.owner_key("sessions", owner);
         let uncounting = self.live.as_ref().map(|l| l.sessions.remove(session_id));
-        let deleting = redis::cmd("DEL").arg(self.session_key(session_id)).clone();
-        self.counted(self.run::<()>(&deleting), uncounting).await
+        if self.one_script_puts {
+            let mut deleting = self.delete_session.key(&key);
+            deleting.key(owner_key);
+            return self.counted(self.invoke::<()>(deleting), uncounting).await;
+        }
+        // On a cluster its place in the owner's share goes by a command of its own, sent
+        // together to the index's node. Best effort: a place not given back frees up at the
+        // session's deadline.
+        let deleting = redis::cmd("DEL").arg(&key).clone();
+        let unindexing = redis::cmd("ZREM").arg(owner_key).arg(&key).clone();
+        let deleted = self.counted(self.run::<()>(&deleting), uncounting);
+        tokio::join!(deleted, self.run::<()>(&unindexing)).0
     }
 
     fn kind(&self) -> &'static str {

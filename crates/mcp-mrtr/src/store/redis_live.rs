@@ -46,7 +46,7 @@ impl LiveIndex {
     }
 
     /// The shard key holding `member`.
-    fn key(&self, member: &str) -> String {
+    pub(super) fn key(&self, member: &str) -> String {
         self.shard_key(member.bytes().fold(0u8, u8::wrapping_add) % SHARDS)
     }
 
@@ -64,11 +64,13 @@ impl LiveIndex {
             .clone()
     }
 
-    /// Gives `member` `ttl` more from now, if it is recorded.
+    /// Gives `member` `ttl` more from now, if it is recorded with an earlier deadline (renewals
+    /// arriving out of order do not move it back).
     pub(super) fn renew(&self, member: &str, ttl: Duration) -> redis::Cmd {
         redis::cmd("ZADD")
             .arg(self.key(member))
             .arg("XX")
+            .arg("GT")
             .arg(deadline_millis(ttl))
             .arg(member)
             .clone()

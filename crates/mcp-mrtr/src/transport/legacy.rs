@@ -159,6 +159,11 @@ impl Session {
             || unix_now().saturating_sub(self.opened_at) >= INITIALIZED_AT_THE_LATEST.as_secs()
     }
 
+    /// Whose share of the session store it counts against.
+    fn owner(&self) -> Owner {
+        Owner::new(&self.owner)
+    }
+
     /// How long the session may still live: its idle time, or less near its maximum age.
     fn lifetime(&self, wire: &LegacyWire) -> Option<Duration> {
         let age = Duration::from_secs(unix_now().saturating_sub(self.opened_at));
@@ -377,11 +382,14 @@ async fn serve_request(
             .cloned(),
         trace: TraceCarrier::default(),
     };
-    let peer: Arc<dyn Asker> = Arc::new(LegacyPeer::new(
-        endpoint.legacy.pending.clone(),
-        question_ids(endpoint, &session_id),
-        endpoint.legacy.request_timeout,
-    ));
+    let peer: Arc<dyn Asker> = Arc::new(
+        LegacyPeer::new(
+            endpoint.legacy.pending.clone(),
+            question_ids(endpoint, &session_id),
+            endpoint.legacy.request_timeout,
+        )
+        .speaking(&session.version),
+    );
     // Legacy calls park no continuation (their questions are asked live), but the share is the
     // session's all the same.
     let env = RequestEnv {
@@ -413,7 +421,7 @@ async fn initialize(
         .get("protocolVersion")
         .and_then(Value::as_str)
         .unwrap_or(LATEST_LEGACY);
-    let negotiated = if version::is_legacy(requested) {
+    let negotiated = if version::AGREED_AT_INITIALIZE.contains(&requested) {
         requested
     } else {
         LATEST_LEGACY
@@ -627,8 +635,9 @@ pub(super) async fn delete(
     uri: Uri,
     headers: HeaderMap,
 ) -> Result<Response<Body>, WireError> {
-    let (session_id, _, _) = session_of(&endpoint, &uri, &headers).await?;
-    match endpoint.legacy.sessions.delete_session(&session_id).await {
+    let (session_id, session, _) = session_of(&endpoint, &uri, &headers).await?;
+    let sessions = &endpoint.legacy.sessions;
+    match sessions.delete_session(&session.owner(), &session_id).await {
         Ok(()) => {
             endpoint.legacy.streams.end(&session_id);
             if let Some(held_back) = SESSION_LINES.take() {
@@ -727,12 +736,18 @@ async fn renew(
 ) -> Result<bool, StoreError> {
     let sessions = &endpoint.legacy.sessions;
     let Some(lifetime) = session.lifetime(&endpoint.legacy) else {
-        if sessions.delete_session(session_id).await.is_ok() {
+        if sessions
+            .delete_session(&session.owner(), session_id)
+            .await
+            .is_ok()
+        {
             observe::Held::Sessions.lapsed(sessions.kind(), 1);
         }
         return Ok(false);
     };
-    sessions.touch_session(session_id, lifetime).await
+    sessions
+        .touch_session(&session.owner(), session_id, lifetime)
+        .await
 }
 
 async fn read(endpoint: &Endpoint, session_id: &str) -> Result<Option<Session>, ProtocolError> {
@@ -769,11 +784,10 @@ async fn save(
     session: &Session,
 ) -> Result<(), ProtocolError> {
     let (bytes, lifetime) = encode(endpoint, session)?;
-    let owner = Owner::new(&session.owner);
     endpoint
         .legacy
         .sessions
-        .write_session(&owner, session_id, bytes, lifetime)
+        .write_session(&session.owner(), session_id, bytes, lifetime)
         .await
         .map_err(ProtocolError::from)
 }
@@ -806,7 +820,7 @@ async fn update(
         change(&mut session)?;
         let (record, lifetime) = encode(endpoint, &session)?;
         if sessions
-            .replace_session(session_id, &stored, record, lifetime)
+            .replace_session(&session.owner(), session_id, &stored, record, lifetime)
             .await?
         {
             return Ok(true);

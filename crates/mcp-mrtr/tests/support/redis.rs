@@ -201,7 +201,7 @@ pub async fn sessions_change_only_over_what_they_hold(
         .await
         .expect("written");
     let replace = |expected: &'static [u8], record: &'static [u8]| {
-        store.replace_session(&id, expected, record.to_vec(), ttl)
+        store.replace_session(owner, &id, expected, record.to_vec(), ttl)
     };
     assert!(!replace(b"zero", b"two").await.expect("answered"));
     assert!(replace(b"one", b"two").await.expect("answered"));
@@ -211,10 +211,74 @@ pub async fn sessions_change_only_over_what_they_hold(
     );
     let held = store.read_session(&id).await.expect("read");
     assert_eq!(held.as_deref(), Some(&b"two"[..]));
-    store.delete_session(&id).await.expect("deleted");
+    store.delete_session(owner, &id).await.expect("deleted");
     assert!(!replace(b"two", b"three").await.expect("answered"));
     let held = store.read_session(&id).await.expect("read");
     assert_eq!(held, None, "a deleted session stays so");
+}
+
+/// In `store`, where an owner holds at most three sessions, the sessions an owner ended hold no
+/// place in its share, and when it opens one past its share the session it left idle the
+/// longest goes: a touch or a change to a session renews its place.
+pub async fn sessions_share_counts_what_the_owner_holds(
+    store: &impl mcp_mrtr::store::SessionStore,
+) {
+    let owner = mcp_mrtr::store::Owner::new(&format!("user:{}", super::net::random_hex(6)));
+    let ttl = Duration::from_secs(60);
+    let open = |name: &str| {
+        let id = format!("{name}-{}", super::net::random_hex(6));
+        let owner = &owner;
+        async move {
+            store
+                .write_session(owner, &id, b"s".to_vec(), ttl)
+                .await
+                .expect("written");
+            id
+        }
+    };
+    let held = |ids: &[&String]| {
+        let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+        async move {
+            let mut held = Vec::new();
+            for id in ids {
+                held.push(store.read_session(&id).await.expect("read").is_some());
+            }
+            held
+        }
+    };
+    let touched = open("touched").await;
+    for _ in 0..3 {
+        let ended = open("ended").await;
+        store.delete_session(&owner, &ended).await.expect("deleted");
+    }
+    let (first_idle, changed) = (open("idle").await, open("changed").await);
+    assert_eq!(
+        held(&[&touched]).await,
+        [true],
+        "the ended sessions held no place"
+    );
+
+    assert!(
+        store
+            .touch_session(&owner, &touched, ttl)
+            .await
+            .expect("touched")
+    );
+    let newer = open("newer").await;
+    assert_eq!(
+        held(&[&first_idle, &changed, &touched, &newer]).await,
+        [false, true, true, true],
+        "the session touched stays; the one idle the longest went"
+    );
+
+    let replacing = store.replace_session(&owner, &changed, b"s", b"t".to_vec(), ttl);
+    assert!(replacing.await.expect("replaced"));
+    let newest = open("newest").await;
+    assert_eq!(
+        held(&[&touched, &newer, &changed, &newest]).await,
+        [false, true, true, true],
+        "the session changed stays; the one idle the longest went"
+    );
 }
 
 /// Has an owner whose index of continuations Redis cannot add to park one: `clobber` is given the

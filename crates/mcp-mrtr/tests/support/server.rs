@@ -53,6 +53,10 @@ pub struct ServerOptions {
     pub keepalive_secs: u64,
     /// Shared continuation store; in memory when `None`.
     pub redis_url: Option<String>,
+    /// Its key prefix; `mcp-test-<process id>:` when `None`.
+    pub redis_prefix: Option<String>,
+    /// Continuations, and apart legacy sessions, one caller may hold.
+    pub share_per_owner: u64,
     /// Sealing keys; a fresh key per server when `None`.
     pub state_keys: Option<String>,
     /// How long a legacy call waits for the client's answer.
@@ -78,6 +82,8 @@ impl Default for ServerOptions {
             allowed_origins: Vec::new(),
             keepalive_secs: 15,
             redis_url: None,
+            redis_prefix: None,
+            share_per_owner: 1_000,
             state_keys: None,
             legacy_request_timeout_secs: 20,
             legacy_session_idle_secs: 3600,
@@ -140,10 +146,12 @@ impl TestServer {
             ),
             state_ttl: Duration::from_secs(options.state_ttl_secs),
             memory_capacity: 10_000,
-            share_per_owner: 1_000,
+            share_per_owner: options.share_per_owner,
             redis: options.redis_url.map(|url| RedisStoreConfig {
                 url,
-                prefix: format!("mcp-test-{}:", std::process::id()),
+                prefix: options
+                    .redis_prefix
+                    .unwrap_or_else(|| format!("mcp-test-{}:", std::process::id())),
                 timeout: Duration::from_secs(1),
                 cluster: false,
             }),
