@@ -617,6 +617,26 @@ async fn a_session_request_naming_a_revision_not_served_gets_400() {
         assert_eq!(refusal["error"]["code"], -32022, "{method}: {refusal}");
         assert_eq!(refusal["error"]["data"]["requested"], "nonsense");
     }
+    // Nor is a legacy revision `initialize` does not agree on.
+    let earlier = with_version(reqwest::Method::POST, "2025-03-26")
+        .body(json!({"jsonrpc": "2.0", "id": 10, "method": "ping"}).to_string())
+        .send();
+    for refused in [
+        earlier.await,
+        with_version(reqwest::Method::GET, "2024-11-05")
+            .send()
+            .await,
+    ] {
+        let refused = refused.expect("an answer");
+        assert_eq!(refused.status().as_u16(), 400);
+        let refusal: Value = refused.json().await.expect("a JSON-RPC error");
+        assert_eq!(refusal["error"]["code"], -32022, "{refusal}");
+        assert_eq!(
+            refusal["error"]["data"]["supported"],
+            json!(["2025-11-25", "2025-06-18"]),
+            "{refusal}"
+        );
+    }
     // Nor is any other message of that revision: a notification is not silently dropped.
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                         "params": {"requestId": 1}});
@@ -891,6 +911,39 @@ async fn a_sessions_notices_go_to_its_latest_stream_only_and_end_with_it() {
     assert!(
         !rest.contains("list_changed"),
         "nothing more after the notice it heard: {rest}"
+    );
+}
+
+/// A session's notices go to its latest stream whichever replica holds it: a stream left open on
+/// another replica (a client that reconnected elsewhere) ends at the next notice without it.
+#[tokio::test]
+async fn a_stream_left_open_on_another_replica_ends_without_the_notices() {
+    let keys = mcp_mrtr::mrtr::StateSealer::generate_spec("shared");
+    // Keys of their own: no other test's change may reach the stream before the second opens.
+    let prefix = format!("mcp-test-{}:", support::net::random_hex(6));
+    let replica = || {
+        TestServer::start_with(ServerOptions {
+            redis_url: Some(support::net::shared_redis_url()),
+            redis_prefix: Some(prefix.clone()),
+            state_keys: Some(keys.clone()),
+            ..ServerOptions::default()
+        })
+    };
+    let (first, second) = (replica().await, replica().await);
+    let client = session(&first, json!({})).await;
+    let left_open = open_get_stream(&first, &client).await;
+    let mut latest = text_of_stream(open_get_stream(&second, &client).await);
+
+    change_the_tools(&client).await;
+    hear_the_tools_change(&mut latest).await;
+    let heard_elsewhere =
+        tokio::time::timeout(std::time::Duration::from_secs(10), left_open.text())
+            .await
+            .expect("the stream left open ends")
+            .unwrap_or_default();
+    assert!(
+        !heard_elsewhere.contains("list_changed"),
+        "each notice goes on one stream: {heard_elsewhere}"
     );
 }
 

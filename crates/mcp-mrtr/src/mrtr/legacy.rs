@@ -221,7 +221,7 @@ impl LegacyPeer {
             message["params"]["elicitationId"] = id.as_value().clone();
         }
         if self.enum_names_only {
-            as_2025_06_18(&mut message);
+            as_2025_06_18(&mut message)?;
         }
         message["jsonrpc"] = Value::from("2.0");
         message["id"] = id.as_value().clone();
@@ -251,16 +251,18 @@ impl LegacyPeer {
 }
 
 /// Writes a form question (`{method, params}`) the way 2025-06-18 says it: without `mode`, and
-/// each titled single choice (`oneOf` of `const` and `title`) as `enum` with `enumNames`, which
-/// that revision's forms show as choices (it would take the `oneOf` for free text). What it has
-/// no words for (several choices at once) is left as asked. The answer is still checked against
-/// the question as the tool asked it, which answers to the rewritten form fit.
-fn as_2025_06_18(message: &mut Value) {
+/// each single choice of strings given as `oneOf` (`const`, with a `title` or not) as `enum`
+/// with `enumNames`, which that revision's forms show as choices (they would take the `oneOf`
+/// for free text). A form with a field it has no words for (several choices at once) cannot be
+/// put to such a client: answered as an error, it leads to the tool's fallback. The answer is
+/// still checked against the question as the tool asked it, which answers to the rewritten form
+/// fit.
+fn as_2025_06_18(message: &mut Value) -> ClientAnswer {
     if message.get("method").and_then(Value::as_str) != Some("elicitation/create") {
-        return;
+        return Ok(Value::Null);
     }
     let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) else {
-        return;
+        return Ok(Value::Null);
     };
     params.remove("mode");
     let properties = params
@@ -271,24 +273,36 @@ fn as_2025_06_18(message: &mut Value) {
         let Some(property) = property.as_object_mut() else {
             continue;
         };
-        let titled: Option<(Vec<Value>, Vec<Value>)> = property
+        match property.get("type").and_then(Value::as_str) {
+            Some("string") => {}
+            Some("array") => {
+                return Err(error_value(
+                    "a 2025-06-18 client cannot be asked for several choices at once",
+                ));
+            }
+            _ => continue,
+        }
+        let choices: Option<(Vec<Value>, Vec<Value>)> = property
             .get("oneOf")
             .and_then(Value::as_array)
             .and_then(|choices| {
                 choices
                     .iter()
                     .map(|choice| {
-                        Some((choice.get("const")?.clone(), choice.get("title")?.clone()))
+                        let value = choice.get("const").filter(|v| v.is_string())?;
+                        let title = choice.get("title").filter(|t| t.is_string());
+                        Some((value.clone(), title.unwrap_or(value).clone()))
                     })
                     .collect::<Option<Vec<_>>>()
             })
             .map(|choices| choices.into_iter().unzip());
-        if let Some((values, titles)) = titled {
+        if let Some((values, titles)) = choices {
             property.remove("oneOf");
             property.insert("enum".into(), Value::Array(values));
             property.insert("enumNames".into(), Value::Array(titles));
         }
     }
+    Ok(Value::Null)
 }
 
 /// How long a timed-out question's cancellation may wait for room on the call's stream.
@@ -386,9 +400,9 @@ mod tests {
                 "status": {"type": "string", "title": "Status", "oneOf": [
                     {"const": "WANT_TO_WATCH", "title": "Want to watch"},
                     {"const": "WATCHED", "title": "Already watched"}]},
-                "note": {"type": "string", "maxLength": 20},
-                "tags": {"type": "array", "items": {"anyOf": [{"const": "a", "title": "A"}]}}}}}});
-        as_2025_06_18(&mut asked);
+                "size": {"type": "string", "oneOf": [{"const": "S"}, {"const": "L", "title": "Large"}]},
+                "note": {"type": "string", "maxLength": 20}}}}});
+        as_2025_06_18(&mut asked).expect("a form 2025-06-18 can say");
         assert_eq!(
             asked,
             json!({"method": "elicitation/create", "params": {
@@ -397,12 +411,19 @@ mod tests {
                     "status": {"type": "string", "title": "Status",
                                "enum": ["WANT_TO_WATCH", "WATCHED"],
                                "enumNames": ["Want to watch", "Already watched"]},
-                    "note": {"type": "string", "maxLength": 20},
-                    "tags": {"type": "array", "items": {"anyOf": [{"const": "a", "title": "A"}]}}}}}})
+                    "size": {"type": "string", "enum": ["S", "L"], "enumNames": ["S", "Large"]},
+                    "note": {"type": "string", "maxLength": 20}}}}})
+        );
+        let mut several = json!({"method": "elicitation/create", "params": {
+            "mode": "form", "message": "Tags?", "requestedSchema": {"type": "object", "properties": {
+                "tags": {"type": "array", "items": {"anyOf": [{"const": "a", "title": "A"}]}}}}}});
+        assert!(
+            as_2025_06_18(&mut several).is_err(),
+            "several choices at once"
         );
         let sampling = json!({"method": "sampling/createMessage", "params": {"mode": "x"}});
         let mut unchanged = sampling.clone();
-        as_2025_06_18(&mut unchanged);
+        as_2025_06_18(&mut unchanged).expect("not a form");
         assert_eq!(unchanged, sampling, "only forms are rewritten");
     }
 

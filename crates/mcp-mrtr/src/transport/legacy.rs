@@ -6,7 +6,7 @@
 //! GET opens the session's stream of change notifications; DELETE ends the session.
 
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
@@ -133,6 +133,11 @@ struct Session {
     /// be asked. A record from before this field is of an initialized session.
     #[serde(default = "initialized_before_the_field")]
     initialized: bool,
+    /// The GET stream the session's notices go to: its latest, on whichever replica. A stream
+    /// left open on another replica (a client that reconnected elsewhere) ends rather than send
+    /// them too. A record from before this field names none, and its streams go on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stream: Option<String>,
 }
 
 fn initialized_before_the_field() -> bool {
@@ -157,6 +162,27 @@ impl Session {
     fn may_be_asked(&self) -> bool {
         self.initialized
             || unix_now().saturating_sub(self.opened_at) >= INITIALIZED_AT_THE_LATEST.as_secs()
+    }
+
+    /// The refusal of a request whose `MCP-Protocol-Version` names a legacy revision
+    /// `initialize` does not agree on (unless the session agreed on it before that changed): 400,
+    /// naming those it does, as the transport says of a revision not supported.
+    fn refuses_version_in(&self, headers: &HeaderMap) -> Option<WireError> {
+        let Ok(Some(named)) = header_text(headers, &MCP_PROTOCOL_VERSION) else {
+            return None;
+        };
+        if version::AGREED_AT_INITIALIZE.contains(&named) || named == self.version {
+            return None;
+        }
+        let refusal = ProtocolError::unsupported_version(named, &version::AGREED_AT_INITIALIZE);
+        Some(WireError::from(refusal).with_status(StatusCode::BAD_REQUEST))
+    }
+
+    /// Whether a newer GET stream than `stream` has taken the session's notices over.
+    fn streams_elsewhere(&self, stream: &str) -> bool {
+        self.stream
+            .as_deref()
+            .is_some_and(|latest| latest != stream)
     }
 
     /// Whose share of the session store it counts against.
@@ -255,6 +281,9 @@ pub(super) async fn post(
     let session = load(endpoint, &session_id, &principal)
         .await
         .map_err(|e| e.answering(request_id(&incoming).as_ref()))?;
+    if let Some(refusal) = session.refuses_version_in(headers) {
+        return Err(refusal.answering(request_id(&incoming).as_ref()));
+    }
     match incoming {
         Incoming::Notification { method, params } => {
             if method == "notifications/cancelled"
@@ -366,7 +395,10 @@ async fn serve_request(
     // Before `notifications/initialized` the client may be sent no requests, so it is served as
     // one that declared no capability to answer them.
     let capabilities = if session.may_be_asked() {
-        ClientCapabilities::from_object(&session.capabilities)
+        let mut declared = ClientCapabilities::from_object(&session.capabilities);
+        // URL mode came with 2025-11-25: a client of an earlier revision cannot be asked so.
+        declared.elicitation_url &= session.version.as_str() >= LATEST_LEGACY;
+        declared
     } else {
         ClientCapabilities::default()
     };
@@ -453,6 +485,7 @@ async fn initialize(
         log_level: None,
         subscriptions: Vec::new(),
         initialized: false,
+        stream: None,
     };
     let session_id = crate::store::ContinuationId::random().to_hex();
     if let Err(e) = save(endpoint, &session_id, &session).await {
@@ -480,8 +513,8 @@ async fn initialize(
 }
 
 /// Opens the session's stream of change notifications, when the session's owner and the server
-/// have room for one more. It takes the session's notices over from the session's earlier stream
-/// on this replica, which ends. While it is open the session stays alive (up to its longest
+/// have room for one more. It takes the session's notices over from the session's earlier stream,
+/// which ends: at once on this replica, before its next notice on another. While it is open the session stays alive (up to its longest
 /// lifetime); it ends when the session does: at once when the session is deleted here, within
 /// half the session's idle time otherwise.
 pub(super) async fn get(
@@ -494,8 +527,28 @@ pub(super) async fn get(
     let slot = endpoint.stream_room(&owner)?;
     let long_lived = endpoint.long_lived(slot, valid_until, None, None);
     let (frames_tx, frames_rx) = mpsc::channel::<Bytes>(64);
-    // The earlier stream stops before this one hears anything, so no notice goes to both.
-    let mut claim = endpoint.legacy.streams.take_over(&session_id);
+    // The earlier stream here stops before this one hears anything; then the session names this
+    // stream as its latest, so that one open on another replica stops before its next notice.
+    // Named only while this stream is the latest here: of two GETs at once, the one claimed
+    // last is the one written last.
+    let claim = Mutex::new(endpoint.legacy.streams.take_over(&session_id));
+    let stream = crate::store::ContinuationId::random().to_hex();
+    let naming = update(&endpoint, &session_id, |session| {
+        if !claim
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_superseded()
+        {
+            session.stream = Some(stream.clone());
+        }
+        Ok(())
+    });
+    match naming.await {
+        Ok(true) => {}
+        Ok(false) => return Err(WireError::refused(StatusCode::NOT_FOUND, SESSION_GONE)),
+        Err(e) => return Err(WireError::from(e).with_status(StatusCode::SERVICE_UNAVAILABLE)),
+    }
+    let mut claim = claim.into_inner().unwrap_or_else(PoisonError::into_inner);
     let mut events = endpoint.server.events().subscribe();
     let watcher = endpoint.clone();
     let task = tokio::spawn(async move {
@@ -505,9 +558,9 @@ pub(super) async fn get(
         loop {
             let next = async {
                 tokio::select! {
-                    _ = check.tick() => keep_open(&watcher, &session_id).await,
+                    _ = check.tick() => keep_open(&watcher, &session_id, &stream).await,
                     received = events.recv() => {
-                        relay(&watcher, &session_id, received, &frames_tx).await
+                        relay(&watcher, &session_id, &stream, received, &frames_tx).await
                     }
                 }
             };
@@ -529,21 +582,24 @@ pub(super) async fn get(
     ))
 }
 
-/// Whether a session with an open stream is still open, giving it its idle time again if so (a
-/// stream is use). A store that cannot answer leaves the stream open.
-async fn keep_open(endpoint: &Endpoint, session_id: &str) -> bool {
+/// Whether a session's `stream` is still open: the session is, and no newer stream took it over;
+/// then the session gets its idle time again (a stream is use). A store that cannot answer leaves
+/// the stream open.
+async fn keep_open(endpoint: &Endpoint, session_id: &str, stream: &str) -> bool {
     match read(endpoint, session_id).await {
         Ok(None) => false,
+        Ok(Some(session)) if session.streams_elsewhere(stream) => false,
         Err(_) => true,
         Ok(Some(session)) => renew(endpoint, session_id, &session).await.unwrap_or(true),
     }
 }
 
-/// Sends a session's stream the notices `received` carries for it; `false` when the stream
-/// should end (the client left, or events end).
+/// Sends a session's `stream` the notices `received` carries for it; `false` when the stream
+/// should end (the client left, a newer stream took the session's notices over, or events end).
 async fn relay(
     endpoint: &Endpoint,
     session_id: &str,
+    stream: &str,
     received: Result<ServerEvent, RecvError>,
     frames: &mpsc::Sender<Bytes>,
 ) -> bool {
@@ -560,8 +616,10 @@ async fn relay(
         Err(RecvError::Closed) => return false,
     };
     // Read once per notice: subscriptions may have changed on any replica since the stream
-    // opened, and a session that ended (on any replica, or with its time) hears nothing more.
+    // opened, and a session that ended (on any replica, or with its time), or whose notices a
+    // newer stream took over, hears nothing more here.
     let session = match read(endpoint, session_id).await {
+        Ok(Some(session)) if session.streams_elsewhere(stream) => return false,
         Ok(Some(session)) => Some(session),
         Ok(None) => return false,
         // The store cannot say: list changes still go out, updates on what is known.
@@ -687,10 +745,13 @@ async fn session_of(
     let named = header_text(headers, &MCP_PROTOCOL_VERSION)
         .map_err(|e| WireError::from(e).with_status(StatusCode::BAD_REQUEST))?;
     if let Some(named) = named.filter(|named| !version::is_legacy(named)) {
-        let refusal = ProtocolError::unsupported_version(named, &version::LEGACY_REVISIONS);
+        let refusal = ProtocolError::unsupported_version(named, &version::AGREED_AT_INITIALIZE);
         return Err(WireError::from(refusal).with_status(StatusCode::BAD_REQUEST));
     }
     let session = load(endpoint, &session_id, &principal).await?;
+    if let Some(refusal) = session.refuses_version_in(headers) {
+        return Err(refusal);
+    }
     Ok((session_id, session, valid_until))
 }
 
@@ -763,7 +824,12 @@ fn decode(stored: &[u8]) -> Result<Session, ProtocolError> {
 /// A session's record, and how long it may live from now.
 fn encode(endpoint: &Endpoint, session: &Session) -> Result<(Vec<u8>, Duration), ProtocolError> {
     let bytes = serde_json::to_vec(session).map_err(|e| ProtocolError::internal(e.to_string()))?;
-    if bytes.len() > MAX_SESSION_BYTES {
+    // The stream's name does not count: a session at its limit still opens streams.
+    let naming_its_stream = session
+        .stream
+        .as_ref()
+        .map_or(0, |stream| r#","stream":"""#.len() + stream.len());
+    if bytes.len() > MAX_SESSION_BYTES + naming_its_stream {
         return Err(ProtocolError::invalid_params(format!(
             "The session would take {} bytes; a session takes at most {MAX_SESSION_BYTES}",
             bytes.len()
@@ -919,7 +985,17 @@ mod tests {
             log_level: None,
             subscriptions: Vec::new(),
             initialized,
+            stream: None,
         }
+    }
+
+    #[test]
+    fn a_stream_goes_on_unless_a_newer_one_took_the_session_over() {
+        let mut session = opened(0, true);
+        assert!(!session.streams_elsewhere("a"), "a record naming no stream");
+        session.stream = Some("a".into());
+        assert!(!session.streams_elsewhere("a"));
+        assert!(session.streams_elsewhere("b"));
     }
 
     #[test]

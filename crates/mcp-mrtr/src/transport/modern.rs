@@ -59,7 +59,7 @@ pub(super) async fn post(
         {
             // Within a legacy session, what it may name instead are the legacy revisions.
             let served: &[&str] = if cfg!(feature = "legacy") && headers.contains_key(SESSION_ID) {
-                &version::LEGACY_REVISIONS
+                &version::AGREED_AT_INITIALIZE
             } else {
                 version::supported()
             };

@@ -26,7 +26,7 @@ impl SessionStreams {
         let (claim, _earlier) = self.latest.claim(session_id.to_owned(), ends);
         StreamClaim {
             _claim: claim,
-            superseded,
+            superseded: Some(superseded),
         }
     }
 }
@@ -42,13 +42,32 @@ impl SessionStreams {
 /// A stream's hold on its session's notices, given up when it is dropped.
 pub(super) struct StreamClaim {
     _claim: Claim<String, oneshot::Sender<()>>,
-    superseded: oneshot::Receiver<()>,
+    /// Completes once the stream is superseded; gone once that has been seen.
+    superseded: Option<oneshot::Receiver<()>>,
 }
 
 impl StreamClaim {
-    /// Completes once a newer stream of the session has taken its notices over.
+    /// Completes once a newer stream of the session has taken its notices over here (or the
+    /// session ended).
     pub(super) async fn superseded(&mut self) {
-        let _ = (&mut self.superseded).await;
+        if let Some(superseded) = &mut self.superseded {
+            let _ = superseded.await;
+            self.superseded = None;
+        }
+    }
+
+    /// Whether the stream has been superseded by now.
+    pub(super) fn is_superseded(&mut self) -> bool {
+        let over = self.superseded.as_mut().is_none_or(|superseded| {
+            !matches!(
+                superseded.try_recv(),
+                Err(oneshot::error::TryRecvError::Empty)
+            )
+        });
+        if over {
+            self.superseded = None;
+        }
+        over
     }
 }
 
@@ -61,7 +80,9 @@ mod tests {
         let streams = SessionStreams::default();
         let mut first = streams.take_over("s1");
         let mut other_session = streams.take_over("s2");
+        assert!(!first.is_superseded());
         let mut second = streams.take_over("s1");
+        assert!(first.is_superseded(), "seen at once");
         tokio::time::timeout(std::time::Duration::from_secs(1), first.superseded())
             .await
             .expect("the first stream of s1 is superseded");
