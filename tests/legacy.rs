@@ -1035,19 +1035,48 @@ async fn the_get_stream_ends_when_the_credentials_that_opened_it_expire() {
 // ---------------------------------------------------------------------------------------------
 
 mod movies {
+    use std::time::Duration;
+
     use serde_json::{Value, json};
 
     use super::support::cluster::{Replicas, SharedSettings};
-    use super::support::legacy::LegacyClient;
+    use super::support::legacy::{LegacyCall, LegacyClient};
     use super::support::net::shared_redis_url;
 
     /// Two replicas whose legacy calls wait at most 2 s for an answer.
     async fn replicas() -> Replicas {
+        replicas_with(&[]).await
+    }
+
+    /// The same, with `extra` settings.
+    async fn replicas_with(extra: &[(&str, &str)]) -> Replicas {
         let mut settings = SharedSettings::new(shared_redis_url());
         settings
             .extra_env
             .push(("MOVIEDB_LEGACY_REQUEST_TIMEOUT".into(), "2".into()));
+        for (name, value) in extra {
+            settings.extra_env.push(((*name).into(), (*value).into()));
+        }
         Replicas::start_with(2, settings).await
+    }
+
+    /// `user`'s watch list once it holds `count` items (or what it holds after 15 s).
+    async fn watchlist_of(replicas: &Replicas, user: &str, count: usize) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let listed = replicas.session(2, user).watchlist().await;
+            if listed.len() >= count || tokio::time::Instant::now() >= deadline {
+                return listed;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn status_of<'a>(listed: &'a [Value], movie: &str) -> Option<&'a Value> {
+        listed
+            .iter()
+            .find(|item| item["content"]["id"].as_str() == Some(movie))
+            .map(|item| &item["status"])
     }
 
     async fn legacy_session(
@@ -1060,6 +1089,17 @@ mod movies {
         LegacyClient::new(replicas.replica(replica).url(), Some(token))
             .initialize(capabilities)
             .await
+    }
+
+    /// `addToWatchlist` of `movie` started in `client`'s session, once it has asked for the
+    /// status: the call, and the question.
+    async fn asked_status(client: &LegacyClient, movie: &str) -> (LegacyCall, Value) {
+        let mut call = client
+            .start_call("addToWatchlist", json!({"subject": {"movieId": movie}}))
+            .await;
+        let question = call.next_server_request().await;
+        assert_eq!(question["method"], "elicitation/create", "{question}");
+        (call, question)
     }
 
     fn structured(response: &Value) -> &Value {
@@ -1202,6 +1242,85 @@ mod movies {
         assert_eq!(client.answer(&request["id"], answer).await, 202);
         assert_eq!(structured(&call.response().await)["status"], "WATCHED");
         assert_eq!(replicas.database.watchlist_rows("june").await, 1);
+    }
+
+    /// A closed stream is no cancellation on 2025-11-25 (a network may drop it; a client cancels
+    /// with a notification): the call runs on. An answer POSTed after the stream closed is saved,
+    /// and a question left unanswered ends in the fallback, saved all the same.
+    #[tokio::test]
+    async fn a_call_whose_stream_closed_runs_on_to_its_end() {
+        let mut replicas = replicas().await;
+        let client = legacy_session(&mut replicas, 1, "eve", json!({"elicitation": {}})).await;
+        let (answered, question) = asked_status(&client, "6").await;
+        let (unanswered, _) = asked_status(&client, "7").await;
+        drop((answered, unanswered));
+        // Time for the server to see the streams closed before the answer comes (on a server
+        // slower to see it, the test proves less; it does not fail).
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let answer = json!({"action": "accept", "content": {"status": "WATCHED"}});
+        assert_eq!(client.answer(&question["id"], answer).await, 202);
+
+        let listed = watchlist_of(&replicas, "eve", 2).await;
+        assert_eq!(
+            status_of(&listed, "6"),
+            Some(&json!("WATCHED")),
+            "{listed:?}"
+        );
+        assert_eq!(
+            status_of(&listed, "7"),
+            Some(&json!("WANT_TO_WATCH")),
+            "{listed:?}"
+        );
+    }
+
+    /// Calls run on after their streams closed only while there is room for them (as many as
+    /// requests may be handled at once, here one); past that, a closed stream stops its call.
+    #[tokio::test]
+    async fn calls_run_on_after_their_streams_closed_only_within_their_room() {
+        // A 5 s wait: time enough to see both streams closed before the first call's wait ends.
+        let mut replicas = replicas_with(&[
+            ("MOVIEDB_MAX_CONCURRENT_REQUESTS", "1"),
+            ("MOVIEDB_LEGACY_REQUEST_TIMEOUT", "5"),
+        ])
+        .await;
+        let client = legacy_session(&mut replicas, 1, "fay", json!({"elicitation": {}})).await;
+        let (first, _) = asked_status(&client, "6").await;
+        let (second, _) = asked_status(&client, "7").await;
+        drop(first);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(second);
+        // Unanswered, the call that runs on saves the fallback after its 5 s wait; the other,
+        // asked at the same moment, would have saved it by 2 s later.
+        let listed = watchlist_of(&replicas, "fay", 1).await;
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(replicas.database.watchlist_rows("fay").await, 1);
+    }
+
+    /// A session's end stops its calls, on whichever replica they run, whether their streams are
+    /// open (they end without a response) or closed (they run on no further): nothing is saved.
+    #[tokio::test]
+    async fn ending_a_session_stops_its_calls_on_every_replica() {
+        let mut replicas = replicas().await;
+        let on_first = legacy_session(&mut replicas, 1, "gil", json!({"elicitation": {}})).await;
+        let on_second = on_first.at(replicas.replica(2).url());
+        let (mut open, _) = asked_status(&on_first, "6").await;
+        let (closed, _) = asked_status(&on_first, "7").await;
+        drop(closed);
+        assert_eq!(on_second.delete_session().await, 200);
+        // Not stopped, each would answer after its 2 s wait, with the fallback saved.
+        let rest = open.rest().await;
+        assert!(
+            rest.iter()
+                .all(|message| message.get("id") != Some(&open.id)),
+            "no response after the session ended: {rest:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            replicas.database.watchlist_rows("gil").await,
+            0,
+            "nothing saved"
+        );
     }
 
     /// A client's `notifications/cancelled` POSTed to the replica that does not run the call

@@ -328,7 +328,12 @@ impl LegacyClient {
     pub async fn delete_session(&self) -> u16 {
         let mut request = self.http.delete(&self.url);
         if let Some(session) = &self.session_id {
-            request = request.header(SESSION_HEADER, session);
+            request = request
+                .header(SESSION_HEADER, session)
+                .header("MCP-Protocol-Version", self.revision);
+        }
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
         }
         request.send().await.expect("DELETE").status().as_u16()
     }

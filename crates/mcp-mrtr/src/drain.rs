@@ -1,7 +1,8 @@
 //! Draining: the moment a server begins to shut down. From then on it accepts no connection,
 //! answers `/readyz` with 503 so balancers stop sending it work, ends its long-lived streams so
 //! their clients reconnect elsewhere, and closes each connection once its requests are answered.
-//! Work that outlives requests (tasks) holds the drain open until it has wound down.
+//! Work that outlives requests (tasks, legacy calls whose streams closed) holds the drain open
+//! until it has wound down.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -340,7 +340,9 @@ pub async fn serve(
         drain.released(),
     );
     if wound_down.await.is_err() {
-        tracing::warn!("tasks were still winding down when the server stopped");
+        tracing::warn!(
+            "work that outlives its requests (tasks, legacy calls whose streams closed) was still running when the server stopped"
+        );
     }
     tracing::info!("stopped");
     Ok(())

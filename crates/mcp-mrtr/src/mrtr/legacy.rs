@@ -211,7 +211,6 @@ impl LegacyPeer {
         let id_text = self.ids.fresh(key, self.timeout);
         let id = RequestId::from_value(Value::String(id_text.clone()))
             .unwrap_or_else(|| unreachable!("a string id"));
-        let (_registration, answer) = self.pending.register(id_text);
         // The wire form of a question is `{method, params}`; a request adds the envelope.
         let mut message = serde_json::to_value(request).map_err(|e| error_value(&e.to_string()))?;
         if let InputRequest::Elicit(ElicitParams::Url { .. }) = request {
@@ -226,6 +225,7 @@ impl LegacyPeer {
         message["jsonrpc"] = Value::from("2.0");
         message["id"] = id.as_value().clone();
         let message = serde_json::to_vec(&message).map_err(|e| error_value(&e.to_string()))?;
+        let (_registration, answer) = self.pending.register(id_text);
         // Sending counts against the wait too, so the wait never outlasts the id's deadline.
         let asked_and_answered = async {
             if !notifier.send_raw(message).await {
@@ -257,12 +257,12 @@ impl LegacyPeer {
 /// put to such a client: answered as an error, it leads to the tool's fallback. The answer is
 /// still checked against the question as the tool asked it, which answers to the rewritten form
 /// fit.
-fn as_2025_06_18(message: &mut Value) -> ClientAnswer {
+fn as_2025_06_18(message: &mut Value) -> Result<(), Value> {
     if message.get("method").and_then(Value::as_str) != Some("elicitation/create") {
-        return Ok(Value::Null);
+        return Ok(());
     }
     let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) else {
-        return Ok(Value::Null);
+        return Ok(());
     };
     params.remove("mode");
     let properties = params
@@ -302,7 +302,7 @@ fn as_2025_06_18(message: &mut Value) -> ClientAnswer {
             property.insert("enumNames".into(), Value::Array(titles));
         }
     }
-    Ok(Value::Null)
+    Ok(())
 }
 
 /// How long a timed-out question's cancellation may wait for room on the call's stream.

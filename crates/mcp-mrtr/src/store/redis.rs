@@ -401,6 +401,21 @@ impl RedisStore {
         }
     }
 
+    /// `script` on session record `key`; on a single server with its owner's index beside it
+    /// (`KEYS[2]`), which the script then updates in the same step.
+    fn on_session<'a>(
+        &self,
+        script: &'a redis::Script,
+        key: &str,
+        owner: &Owner,
+    ) -> redis::ScriptInvocation<'a> {
+        let mut invocation = script.key(key);
+        if self.one_script_puts {
+            invocation.key(self.owner_key("sessions", owner));
+        }
+        invocation
+    }
+
     /// Once session `key` has been given `ttl` more to live (`renewed`): on a cluster its place
     /// in the owner's index moves too (on a single server the renewal's script did it), and its
     /// live index entry when metrics are on. After the renewal, not beside it: a session that
@@ -578,10 +593,7 @@ impl SessionStore for RedisStore {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         let key = self.session_key(session_id);
-        let mut touching = self.touch_session.key(&key);
-        if self.one_script_puts {
-            touching.key(self.owner_key("sessions", owner));
-        }
+        let mut touching = self.on_session(&self.touch_session, &key, owner);
         touching.arg(ttl_millis(ttl));
         let touched = self.invoke::<bool>(touching).await?;
         self.renewed(owner, &key, session_id, touched, ttl).await;
@@ -597,10 +609,7 @@ impl SessionStore for RedisStore {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         let key = self.session_key(session_id);
-        let mut replacing = self.replace_session.key(&key);
-        if self.one_script_puts {
-            replacing.key(self.owner_key("sessions", owner));
-        }
+        let mut replacing = self.on_session(&self.replace_session, &key, owner);
         replacing.arg(expected).arg(record).arg(ttl_millis(ttl));
         let replaced = self.invoke::<bool>(replacing).await?;
         self.renewed(owner, &key, session_id, replaced, ttl).await;

@@ -1,7 +1,8 @@
 //! Legacy clients' answers on their way between replicas (feature `legacy`). A legacy client may
 //! POST its answer to any replica; one with no call waiting for it publishes it to every replica
 //! sharing Redis, and the replica whose call waits takes it. Its `notifications/cancelled` for a
-//! call that does not run where it lands travels the same way, to the replica that runs it.
+//! call that does not run where it lands travels the same way, to the replica that runs it, and so
+//! does a session's end (DELETE), to every replica running a call of the session.
 //!
 //! An answer is relayed only while its question's wait may still be on, and each question's
 //! answer at most once: this replica remembers the ids of the answers it took or relayed, and a
@@ -61,12 +62,14 @@ pub(super) struct AnswerRelay {
     cancelled: Arc<SeenIds>,
 }
 
-/// What travels between replicas: a cancellation (told apart by its `cancel` field), or an
-/// answer.
+/// What travels between replicas: a cancellation (told apart by its `cancel` field), a
+/// session's end (by its `ended` field, the session's id), or an answer. (A replica from before
+/// session ends were relayed ignores them as unreadable.)
 #[derive(Serialize, Deserialize)]
 #[serde(untagged)]
 enum Relayed {
     Cancellation { cancel: CancelledCall },
+    SessionEnded { ended: String },
     Answer(RelayedAnswer),
 }
 
@@ -260,13 +263,24 @@ impl AnswerRelay {
     /// Sends the cancellation of call `request_id` of `session` to every replica, for the one
     /// that runs it; unless it is too large to be a real one, or went out from here lately.
     pub(super) fn cancel(&self, session: &str, request_id: &Value) {
-        let cancelled = Relayed::Cancellation {
+        self.send_cancellation(&Relayed::Cancellation {
             cancel: CancelledCall {
                 session: session.to_owned(),
                 request_id: request_id.clone(),
             },
-        };
-        let Ok(wire) = serde_json::to_vec(&cancelled) else {
+        });
+    }
+
+    /// Tells every replica that `session` ended, so that its calls running there stop. It goes
+    /// out as a cancellation does.
+    pub(super) fn end_session(&self, session: &str) {
+        self.send_cancellation(&Relayed::SessionEnded {
+            ended: session.to_owned(),
+        });
+    }
+
+    fn send_cancellation(&self, cancelled: &Relayed) {
+        let Ok(wire) = serde_json::to_vec(cancelled) else {
             return;
         };
         if wire.len() > MAX_RELAYED_CANCELLATION_BYTES {
@@ -395,6 +409,7 @@ async fn deliver_all(
             Ok(Relayed::Cancellation { cancel }) => {
                 calls.cancel(&cancel.session, &cancel.request_id);
             }
+            Ok(Relayed::SessionEnded { ended }) => calls.cancel_session(&ended),
             Ok(Relayed::Answer(relayed)) => {
                 if let Some((id, answer)) = relayed.into_answer() {
                     let _ = pending.deliver(&id, answer);
@@ -446,7 +461,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cancellation_and_an_answer_read_back_as_what_they_are() {
+    fn a_cancellation_a_sessions_end_and_an_answer_read_back_as_what_they_are() {
         let cancelled = Relayed::Cancellation {
             cancel: CancelledCall {
                 session: "s1".into(),
@@ -461,6 +476,12 @@ mod tests {
             (cancel.session.as_str(), cancel.request_id),
             ("s1", Value::from(7))
         );
+        let ended = Relayed::SessionEnded { ended: "s1".into() };
+        let wire = serde_json::to_vec(&ended).expect("a session's end serializes");
+        let Ok(Relayed::SessionEnded { ended }) = serde_json::from_slice::<Relayed>(&wire) else {
+            panic!("a session's end reads back as one");
+        };
+        assert_eq!(ended, "s1");
         let answer = serde_json::json!({"action": "accept", "content": {"cancel": true}});
         let wire = serde_json::to_vec(&RelayedAnswer::new("server-q-1", Ok(answer.clone())))
             .expect("an answer serializes");

@@ -3,7 +3,9 @@
 //! A session is minted on `initialize` and kept in the shared store, so any replica serves it.
 //! Requests run through the same server and the same tool code; a tool's questions become real
 //! server-initiated requests on the call's SSE stream, answered by POSTed JSON-RPC responses.
-//! GET opens the session's stream of change notifications; DELETE ends the session.
+//! A client cancels a call with `notifications/cancelled`; closing its stream does not (the spec
+//! says a disconnection is no cancellation), so the call runs on, within a bound. GET opens the
+//! session's stream of change notifications; DELETE ends the session.
 
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,13 +20,13 @@ use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::answer_relay::AnswerRelay;
 use super::headers::{MCP_PROTOCOL_VERSION, header_text};
-use super::respond::{Accept, Cancelled, WireError, accepted, streamed};
+use super::respond::{Accept, Cancelled, Stop, WireError, accepted, streamed};
 use super::running_calls::RunningCalls;
 use super::session_streams::SessionStreams;
 use super::{Endpoint, TransportOptions, owner_of, sse};
@@ -87,6 +89,9 @@ pub(super) struct LegacyWire {
     streams: SessionStreams,
     /// The streamed calls running here, which their clients may cancel.
     calls: RunningCalls,
+    /// Places for calls that run on after their clients closed their streams: as many as
+    /// requests may be handled at once. With none free, a closed stream stops its call.
+    closed_calls: Arc<Semaphore>,
 }
 
 impl LegacyWire {
@@ -108,6 +113,11 @@ impl LegacyWire {
             answers_elsewhere,
             streams: SessionStreams::default(),
             calls,
+            closed_calls: Arc::new(Semaphore::new(
+                options
+                    .max_concurrent_requests
+                    .clamp(1, Semaphore::MAX_PERMITS),
+            )),
         }
     }
 }
@@ -436,7 +446,11 @@ async fn serve_request(
         let call = endpoint.legacy.calls.start(&session_id, id);
         let cancelled: Cancelled = Box::pin(async move { call.cancelled().await });
         let request = (id.clone(), method, params);
-        return Ok(streamed(endpoint, env, request, Some(cancelled)).await);
+        let stop = Stop::OnNotice {
+            cancelled,
+            room: endpoint.legacy.closed_calls.clone(),
+        };
+        return Ok(streamed(endpoint, env, request, stop).await);
     }
     let reply = server.handle(method, &params, env).await?;
     Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)))
@@ -514,9 +528,10 @@ async fn initialize(
 
 /// Opens the session's stream of change notifications, when the session's owner and the server
 /// have room for one more. It takes the session's notices over from the session's earlier stream,
-/// which ends: at once on this replica, before its next notice on another. While it is open the session stays alive (up to its longest
-/// lifetime); it ends when the session does: at once when the session is deleted here, within
-/// half the session's idle time otherwise.
+/// which ends: at once on this replica, before its next notice on another (each checks the
+/// stream the session names, see [`keep_open`] and [`relay`]). While it is open the session
+/// stays alive (up to its longest lifetime); it ends when the session does: at once when the
+/// session is deleted here, within half the session's idle time otherwise.
 pub(super) async fn get(
     State(endpoint): State<Arc<Endpoint>>,
     uri: Uri,
@@ -697,6 +712,11 @@ pub(super) async fn delete(
     let sessions = &endpoint.legacy.sessions;
     match sessions.delete_session(&session.owner(), &session_id).await {
         Ok(()) => {
+            // Its calls stop, here and on other replicas, as its streams do.
+            endpoint.legacy.calls.cancel_session(&session_id);
+            if let Some(relay) = &endpoint.legacy.answers_elsewhere {
+                relay.end_session(&session_id);
+            }
             endpoint.legacy.streams.end(&session_id);
             if let Some(held_back) = SESSION_LINES.take() {
                 tracing::info!(session = %session_id, held_back, "legacy session ended");
@@ -829,10 +849,10 @@ fn encode(endpoint: &Endpoint, session: &Session) -> Result<(Vec<u8>, Duration),
         .stream
         .as_ref()
         .map_or(0, |stream| r#","stream":"""#.len() + stream.len());
-    if bytes.len() > MAX_SESSION_BYTES + naming_its_stream {
+    let counted = bytes.len().saturating_sub(naming_its_stream);
+    if counted > MAX_SESSION_BYTES {
         return Err(ProtocolError::invalid_params(format!(
-            "The session would take {} bytes; a session takes at most {MAX_SESSION_BYTES}",
-            bytes.len()
+            "The session would take {counted} bytes; a session takes at most {MAX_SESSION_BYTES}"
         )));
     }
     let lifetime = session.lifetime(&endpoint.legacy).ok_or_else(|| {

@@ -19,7 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::headers::{MCP_PROTOCOL_VERSION, check_method, check_name, check_params, header_text};
-use super::respond::{Accept, WireError, accepted, streamed};
+use super::respond::{Accept, Stop, WireError, accepted, streamed};
 use super::streams::StreamSlot;
 use super::{Endpoint, owner_of, sse};
 use crate::auth::{Caller, Principal};
@@ -57,7 +57,8 @@ pub(super) async fn post(
         if let Some(named) = header_text(headers, &MCP_PROTOCOL_VERSION)?
             && !version::supported().contains(&named)
         {
-            // Within a legacy session, what it may name instead are the legacy revisions.
+            // Within a legacy session, what it may name instead are the revisions `initialize`
+            // agrees on.
             let served: &[&str] = if cfg!(feature = "legacy") && headers.contains_key(SESSION_ID) {
                 &version::AGREED_AT_INITIALIZE
             } else {
@@ -280,7 +281,7 @@ async fn serve(
         era: Era::Modern,
     };
     if wants_stream {
-        return Ok(streamed(endpoint, env, (id.clone(), method, params), None).await);
+        return Ok(streamed(endpoint, env, (id.clone(), method, params), Stop::OnClose).await);
     }
     let reply = server.handle(method, &params, env).await?;
     Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)))

@@ -5,19 +5,22 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
 use axum::response::IntoResponse;
 use futures::StreamExt;
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::task::AbortOnDropHandle;
 
 use super::streams::ServerFull;
 use super::{Endpoint, MAX_HEAD_BYTES, sse};
 use crate::auth::AuthError;
+use crate::drain::{Drain, DrainHold};
 use crate::mrtr::Notifier;
 use crate::protocol::jsonrpc::{error_bytes, success_bytes};
 use crate::protocol::{Method, ProtocolError, RequestId};
@@ -34,17 +37,101 @@ enum Frame {
 /// Completes when the client cancels a request (a 2025-11-25 `notifications/cancelled`).
 pub(super) type Cancelled = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// What stops a streamed request before its end.
+pub(super) enum Stop {
+    /// Its client closing the stream: on 2026-07-28 that is the cancellation.
+    OnClose,
+    /// Its client's `notifications/cancelled` (`cancelled` completes). On 2025-11-25 a closed
+    /// stream is no cancellation (a network may drop it): the request runs on to its end, for
+    /// [`MOST_RUN_ON`] at most, while `room` has a place for it and the server is not shutting
+    /// down. What it sends after the close (a question, its response) is lost, a question given
+    /// up at once. With `room` full, or while draining, a closed stream stops it.
+    #[cfg_attr(
+        not(feature = "legacy"),
+        expect(dead_code, reason = "only legacy sessions")
+    )]
+    OnNotice {
+        cancelled: Cancelled,
+        room: Arc<Semaphore>,
+    },
+}
+
+/// The longest a request runs on after its client closed its stream: its own waits (a question's
+/// answer, a provider's reply) are bounded well within this; a handler stuck past it is stopped.
+const MOST_RUN_ON: Duration = Duration::from_secs(300);
+
+/// A streamed request's task, held by its stream: when the stream is dropped before the task
+/// has its outcome, the task is stopped, or runs on within its room (holding the drain open).
+struct RequestTask {
+    task: Option<JoinHandle<()>>,
+    /// Set once the handler is done: all the task has left to do is send its last frame.
+    handled: Arc<AtomicBool>,
+    runs_on: Option<RunOn>,
+}
+
+/// Where a request may run on after its stream closed, and for how long.
+struct RunOn {
+    room: Arc<Semaphore>,
+    drain: Drain,
+    limit: Duration,
+}
+
+impl Drop for RequestTask {
+    fn drop(&mut self) {
+        let Some(mut task) = self.task.take() else {
+            return;
+        };
+        if task.is_finished() || self.handled.load(Ordering::Acquire) {
+            return;
+        }
+        let place = self.runs_on.take().and_then(|run_on| {
+            if run_on.drain.has_begun() {
+                return None;
+            }
+            let place = run_on.room.try_acquire_owned().ok()?;
+            Some((place, run_on.drain.hold(), run_on.limit))
+        });
+        // A body dropped as the runtime shuts down has no runtime left to run on.
+        match (place, tokio::runtime::Handle::try_current()) {
+            (Some((place, hold, limit)), Ok(runtime)) => {
+                runtime.spawn(async move {
+                    let _held: (_, DrainHold) = (place, hold);
+                    if tokio::time::timeout(limit, &mut task).await.is_err() {
+                        task.abort();
+                        tracing::warn!(
+                            "stopped a request still running {} s after its client closed its stream",
+                            limit.as_secs()
+                        );
+                    }
+                });
+            }
+            _ => task.abort(),
+        }
+    }
+}
+
 /// Runs the request in its own task and streams its notifications, then its response. Nothing is
 /// sent until the first frame exists, so a request that fails (or finishes) before notifying
 /// anything gets a plain JSON answer with the HTTP status its wire gives the error (its own on
-/// 2026-07-28; in a legacy session 200, or 500 for an internal one). When `cancelled`
-/// completes first, the handler is dropped and the stream ends without a response.
+/// 2026-07-28; in a legacy session 200, or 500 for an internal one). What `stop` names ends the
+/// request early: its handler is dropped and the stream ends without a response.
 pub(super) async fn streamed(
     endpoint: &Arc<Endpoint>,
     mut env: RequestEnv,
     (id, method, params): (RequestId, Method, Map<String, Value>),
-    cancelled: Option<Cancelled>,
+    stop: Stop,
 ) -> Response<Body> {
+    let (cancelled, runs_on) = match stop {
+        Stop::OnClose => (None, None),
+        Stop::OnNotice { cancelled, room } => {
+            let run_on = RunOn {
+                room,
+                drain: endpoint.options.drain.clone(),
+                limit: MOST_RUN_ON,
+            };
+            (Some(cancelled), Some(run_on))
+        }
+    };
     let in_session = !matches!(env.era, Era::Modern);
     // An error sent before any frame is a plain JSON answer, with the status of its wire.
     let early = |error: ProtocolError| {
@@ -60,32 +147,48 @@ pub(super) async fn streamed(
     let (notes_tx, mut notes_rx) = mpsc::channel::<Vec<u8>>(16);
     let server = endpoint.server.clone();
     let reply_id = id.clone();
+    let handled = Arc::new(AtomicBool::new(false));
+    let handler_done = handled.clone();
     let task = tokio::spawn(async move {
         env.notifier = Some(Notifier::new(notes_tx));
         let forward = frames_tx.clone();
+        // Notifications are relayed as they come. The relay ends when the handler drops its
+        // notifier, or as soon as the stream closes: what the handler sends after that (a
+        // question, above all) then fails at once instead of waiting in the channel.
         let relay = async move {
-            while let Some(note) = notes_rx.recv().await {
+            loop {
+                let note = tokio::select! {
+                    biased;
+                    () = forward.closed() => break,
+                    note = notes_rx.recv() => note,
+                };
+                let Some(note) = note else { break };
                 if forward.send(Frame::Notification(note)).await.is_err() {
                     break;
                 }
             }
         };
-        // Notifications are relayed as they come; the relay ends when the handler drops its notifier.
         let handling = async { tokio::join!(server.handle(method, &params, env), relay) };
         let (reply, ()) = match cancelled {
             None => handling.await,
             Some(cancelled) => tokio::select! {
                 done = handling => done,
                 () = cancelled => {
+                    handler_done.store(true, Ordering::Release);
                     let _ = frames_tx.send(Frame::Cancelled).await;
                     return;
                 }
             },
         };
+        handler_done.store(true, Ordering::Release);
         let last = reply.map(|reply| success_bytes(&reply_id, &reply));
         let _ = frames_tx.send(Frame::Final(last)).await;
     });
-    let guard = AbortOnDropHandle::new(task);
+    let guard = RequestTask {
+        task: Some(task),
+        handled,
+        runs_on,
+    };
     let first = match frames_rx.recv().await {
         Some(Frame::Final(Ok(body))) => return sse::json(StatusCode::OK, body),
         Some(Frame::Final(Err(e))) => return early(e),
@@ -367,6 +470,142 @@ pub(super) async fn method_not_allowed() -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A task that finishes once `go` has a permit for it, saying so in `done`.
+    fn waiting_task(go: Arc<Semaphore>, done: Arc<AtomicBool>) -> JoinHandle<()> {
+        tokio::spawn(async move {
+            if go.acquire().await.is_ok() {
+                done.store(true, Ordering::SeqCst);
+            }
+        })
+    }
+
+    /// Waits (5 s at most) for the task of `handle` to end.
+    async fn ended(handle: &tokio::task::AbortHandle) {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !handle.is_finished() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the task ends");
+    }
+
+    #[tokio::test]
+    async fn a_task_runs_on_after_its_stream_closes_while_its_room_has_a_place() {
+        let room = Arc::new(Semaphore::new(1));
+        let drain = Drain::default();
+        let go = Arc::new(Semaphore::new(0));
+        let (first_done, second_done) = (Arc::default(), Arc::default());
+        let held = |task| RequestTask {
+            task: Some(task),
+            handled: Arc::default(),
+            runs_on: Some(RunOn {
+                room: room.clone(),
+                drain: drain.clone(),
+                limit: MOST_RUN_ON,
+            }),
+        };
+        let first = held(waiting_task(go.clone(), Arc::clone(&first_done)));
+        let second = held(waiting_task(go.clone(), Arc::clone(&second_done)));
+        drop(first);
+        assert_eq!(room.available_permits(), 0, "the first took the place");
+        drop(second);
+        go.add_permits(2);
+        tokio::time::timeout(Duration::from_secs(5), drain.released())
+            .await
+            .expect("the drain is released once the task that ran on ends");
+        assert!(first_done.load(Ordering::SeqCst), "ran on to its end");
+        assert!(!second_done.load(Ordering::SeqCst), "stopped: no room");
+        tokio::time::timeout(Duration::from_secs(5), room.acquire())
+            .await
+            .expect("the place is given back")
+            .expect("the room is open")
+            .forget();
+    }
+
+    #[tokio::test]
+    async fn a_task_without_a_room_stops_when_its_stream_closes() {
+        let go = Arc::new(Semaphore::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let task = waiting_task(go.clone(), done.clone());
+        let aborted = task.abort_handle();
+        drop(RequestTask {
+            task: Some(task),
+            handled: Arc::default(),
+            runs_on: None,
+        });
+        ended(&aborted).await;
+        go.add_permits(1);
+        tokio::task::yield_now().await;
+        assert!(!done.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn a_task_runs_on_for_its_limit_at_most_and_not_while_draining() {
+        let room = Arc::new(Semaphore::new(1));
+        let drain = Drain::default();
+        let go = Arc::new(Semaphore::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let held = |task, limit| RequestTask {
+            task: Some(task),
+            handled: Arc::default(),
+            runs_on: Some(RunOn {
+                room: room.clone(),
+                drain: drain.clone(),
+                limit,
+            }),
+        };
+        let stuck = waiting_task(go.clone(), done.clone());
+        let stopped = stuck.abort_handle();
+        drop(held(stuck, Duration::from_millis(50)));
+        assert_eq!(room.available_permits(), 0, "it runs on");
+        tokio::time::timeout(Duration::from_secs(5), room.acquire())
+            .await
+            .expect("its place is given back once its time is up")
+            .expect("the room is open")
+            .forget();
+        tokio::time::timeout(Duration::from_secs(5), drain.released())
+            .await
+            .expect("and the drain with it");
+        ended(&stopped).await;
+
+        room.add_permits(1);
+        drain.begin();
+        let late = waiting_task(go.clone(), done.clone());
+        let stopped = late.abort_handle();
+        drop(held(late, MOST_RUN_ON));
+        assert_eq!(room.available_permits(), 1, "no place taken while draining");
+        ended(&stopped).await;
+        go.add_permits(2);
+        tokio::task::yield_now().await;
+        assert!(!done.load(Ordering::SeqCst), "neither ran to its end");
+    }
+
+    #[tokio::test]
+    async fn a_task_whose_handler_is_done_takes_no_place() {
+        let room = Arc::new(Semaphore::new(1));
+        let go = Arc::new(Semaphore::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        drop(RequestTask {
+            task: Some(waiting_task(go.clone(), done.clone())),
+            handled: Arc::new(AtomicBool::new(true)),
+            runs_on: Some(RunOn {
+                room: room.clone(),
+                drain: Drain::default(),
+                limit: MOST_RUN_ON,
+            }),
+        });
+        assert_eq!(room.available_permits(), 1);
+        go.add_permits(1);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !done.load(Ordering::SeqCst) {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("it sends its last frame all the same");
+    }
 
     fn challenge_of(refusal: &AuthError) -> Option<String> {
         let response = WireError::unauthorized(refusal).into_response();

@@ -1,7 +1,8 @@
 //! The streamed calls of 2025-11-25 sessions running on this replica, so that a client's
 //! `notifications/cancelled` stops the one it names: the handler is dropped and its stream ends
-//! without a response, as the spec asks of the receiver of a cancellation. A cancellation
-//! POSTed to another replica reaches this one through the answer relay.
+//! without a response, as the spec asks of the receiver of a cancellation. A session's end
+//! (DELETE) stops all of its calls. A cancellation or an end POSTed to another replica reaches
+//! this one through the answer relay.
 
 use std::sync::Arc;
 
@@ -39,6 +40,15 @@ impl RunningCalls {
         let name = (session_id.to_owned(), request_id.to_string());
         self.calls.with(&name, CancellationToken::cancel)
     }
+
+    /// Cancels every call of `session_id` running here (the session ended).
+    pub(super) fn cancel_session(&self, session_id: &str) {
+        self.calls.for_each(|(session, _), token| {
+            if session == session_id {
+                token.cancel();
+            }
+        });
+    }
 }
 
 /// A running call's registration, removed when it is dropped.
@@ -72,5 +82,19 @@ mod tests {
         assert!(!other_session.token.is_cancelled());
         drop((first, same_id_as_text, other_session));
         assert_eq!(calls.calls.in_force(), 0, "finished calls are let go");
+    }
+
+    #[test]
+    fn a_sessions_end_cancels_its_calls_only() {
+        let calls = RunningCalls::default();
+        let id = |value: Value| RequestId::from_value(value).expect("an id");
+        let ending = [
+            calls.start("s1", &id(Value::from(1))),
+            calls.start("s1", &id(Value::from("two"))),
+        ];
+        let other_session = calls.start("s2", &id(Value::from(1)));
+        calls.cancel_session("s1");
+        assert!(ending.iter().all(|call| call.token.is_cancelled()));
+        assert!(!other_session.token.is_cancelled());
     }
 }

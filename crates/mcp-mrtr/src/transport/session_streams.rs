@@ -3,7 +3,8 @@
 //! The spec has each message sent on one stream only. A client that reconnects after a network
 //! failure may open its new stream before the server notices that the old one is dead, so a new
 //! stream takes the session's notices over and the one before it ends, rather than the new one
-//! being refused until then.
+//! being refused until then. Across replicas the session's stored record names its latest
+//! stream, and a stream elsewhere that is no longer it ends before its next notice.
 
 use std::sync::Arc;
 

@@ -1,5 +1,6 @@
 //! Response framing: a single JSON body, or an SSE stream of one-line `data:` frames that ends with
-//! the final response. Dropping an SSE body (the client closed the stream) aborts the work behind it.
+//! the final response. Dropping an SSE body (the client closed the stream) drops what it holds:
+//! the work behind it, which then stops (or, for a 2025-11-25 call, runs on).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -10,7 +11,6 @@ use axum::body::Body;
 use axum::http::{HeaderValue, Response, StatusCode, header};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use tokio_util::task::AbortOnDropHandle;
 
 use super::Drain;
 use super::streams::StreamSlot;
@@ -56,16 +56,14 @@ pub struct LongLived {
     pub ends_at: Option<tokio::time::Instant>,
 }
 
-/// An SSE response of `frames` (already framed), tied to the task behind `guard`: when the client
-/// goes away the body is dropped and the task aborted. A `long_lived` stream gets keep-alive
-/// comments and ends when the server drains, its slot is taken or its credentials expire.
-pub fn stream<S>(
-    frames: S,
-    guard: AbortOnDropHandle<()>,
-    long_lived: Option<LongLived>,
-) -> Response<Body>
+/// An SSE response of `frames` (already framed), holding `guard` (what becomes of the work
+/// behind the stream when it is dropped) until the client goes away or the frames end. A
+/// `long_lived` stream gets keep-alive comments and ends when the server drains, its slot is
+/// taken or its credentials expire.
+pub fn stream<S, G>(frames: S, guard: G, long_lived: Option<LongLived>) -> Response<Body>
 where
     S: Stream<Item = Bytes> + Send + 'static,
+    G: Send + 'static,
 {
     let body = match long_lived {
         None => Body::from_stream(frames.map(move |frame| {
