@@ -61,13 +61,6 @@ impl<K: Hash + Eq + Clone, T> Claims<K, T> {
         held.is_some()
     }
 
-    /// Runs `act` on every claim in force, with its name.
-    pub(super) fn for_each(&self, mut act: impl FnMut(&K, &T)) {
-        for (name, (_, value)) in &self.lock().by_name {
-            act(name, value);
-        }
-    }
-
     fn lock(&self) -> MutexGuard<'_, Inner<K, T>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
