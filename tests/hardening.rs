@@ -1513,17 +1513,10 @@ mod legacy_sessions {
             .local_address(local)
             .build()
             .expect("reqwest client");
-        let mut request = http
-            .post(url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .json(&message);
-        if let Some(session) = session {
-            request = request
-                .header("mcp-session-id", session)
-                .header("mcp-protocol-version", LEGACY);
-        }
-        request.send().await.ok()
+        support::legacy_post(&http, url, session, &message)
+            .send()
+            .await
+            .ok()
     }
 
     /// Opens a legacy session as an anonymous client calling from `local`.

@@ -227,43 +227,58 @@ pub(super) struct Accept {
 impl Accept {
     /// `None` when the client accepts neither JSON nor SSE. Every `Accept` line counts (a list
     /// may be split over several); for each type the most specific range that names it decides,
-    /// and `q=0` refuses it (RFC 9110, section 12.5.1).
+    /// and `q=0` refuses it (RFC 9110, section 12.5.1); of two ranges as specific, the later.
+    /// Read in one pass without copying: every POST's headers go through it.
     pub(super) fn from_headers(headers: &HeaderMap) -> Option<Self> {
         let mut lines = headers.get_all(header::ACCEPT).iter().peekable();
         if lines.peek().is_none() {
             return Some(Self { sse: true });
         }
-        let ranges: Vec<(String, bool)> = lines
+        // The most specific range naming each type so far, and whether it wants it.
+        let (mut json, mut sse): (Best, Best) = (None, None);
+        let ranges = lines
             .filter_map(|line| line.to_str().ok())
             .flat_map(|line| line.split(','))
-            .filter_map(media_range)
-            .collect();
-        let accepts = |kind: &str, subtype: &str| {
-            ranges
-                .iter()
-                .filter_map(|(range, wanted)| {
-                    let specificity = match range.split_once('/')? {
-                        (k, s) if k == kind && s == subtype => 2,
-                        (k, "*") if k == kind => 1,
-                        ("*", "*") => 0,
-                        _ => return None,
-                    };
-                    Some((specificity, *wanted))
-                })
-                .max_by_key(|(specificity, _)| *specificity)
-                .is_some_and(|(_, wanted)| wanted)
-        };
-        let json = accepts("application", "json");
-        let sse = accepts("text", "event-stream");
-        (json || sse).then_some(Self { sse })
+            .filter_map(media_range);
+        for (range, wanted) in ranges {
+            for (best, kind, subtype) in [
+                (&mut json, "application", "json"),
+                (&mut sse, "text", "event-stream"),
+            ] {
+                if let Some(specificity) = specificity(range, kind, subtype)
+                    && best.is_none_or(|(so_far, _)| specificity >= so_far)
+                {
+                    *best = Some((specificity, wanted));
+                }
+            }
+        }
+        let wanted = |best: Best| best.is_some_and(|(_, wanted)| wanted);
+        (wanted(json) || wanted(sse)).then_some(Self { sse: wanted(sse) })
     }
 }
 
-/// One media range of an `Accept` list, in lower case, and whether it is wanted (its `q` is not
-/// zero); `None` for an empty element.
-fn media_range(element: &str) -> Option<(String, bool)> {
+/// The most specific media range met that names a type: its specificity (see [`specificity`])
+/// and whether it wants the type.
+type Best = Option<(u8, bool)>;
+
+/// How specifically `range` names `kind/subtype` (2 exactly, 1 as `kind/*`, 0 as `*/*`), or
+/// `None` when it names another type. Media types are case-insensitive.
+fn specificity(range: &str, kind: &str, subtype: &str) -> Option<u8> {
+    let (k, s) = range.split_once('/')?;
+    if k.eq_ignore_ascii_case(kind) {
+        if s.eq_ignore_ascii_case(subtype) {
+            return Some(2);
+        }
+        return (s == "*").then_some(1);
+    }
+    (k == "*" && s == "*").then_some(0)
+}
+
+/// One media range of an `Accept` list and whether it is wanted (its `q` is not zero); `None`
+/// for an empty element.
+fn media_range(element: &str) -> Option<(&str, bool)> {
     let mut parts = element.split(';');
-    let range = parts.next()?.trim().to_ascii_lowercase();
+    let range = parts.next()?.trim();
     if range.is_empty() {
         return None;
     }
@@ -605,6 +620,60 @@ mod tests {
         })
         .await
         .expect("it sends its last frame all the same");
+    }
+
+    /// What `Accept` lines make of the two types: `None` for a refusal (406), else whether SSE
+    /// is taken.
+    fn accepting(lines: &[&str]) -> Option<bool> {
+        let mut headers = HeaderMap::new();
+        for line in lines {
+            headers.append(
+                header::ACCEPT,
+                HeaderValue::from_str(line).expect("a header"),
+            );
+        }
+        Accept::from_headers(&headers).map(|accept| accept.sse)
+    }
+
+    #[test]
+    fn accept_lists_are_read_as_rfc_9110_has_them() {
+        assert_eq!(accepting(&[]), Some(true), "no Accept takes anything");
+        assert_eq!(
+            accepting(&["application/json, text/event-stream"]),
+            Some(true)
+        );
+        assert_eq!(
+            accepting(&["Application/JSON"]),
+            Some(false),
+            "types ignore case"
+        );
+        assert_eq!(accepting(&["TEXT/Event-Stream;Q=1"]), Some(true));
+        assert_eq!(
+            accepting(&["application/json", "text/event-stream"]),
+            Some(true)
+        );
+        assert_eq!(accepting(&["text/*"]), Some(true));
+        assert_eq!(accepting(&["*/*"]), Some(true));
+        assert_eq!(accepting(&["image/png, , application/*"]), Some(false));
+        // The most specific range decides, whatever its place in the list.
+        assert_eq!(accepting(&["text/event-stream;q=0, */*"]), Some(false));
+        assert_eq!(accepting(&["*/*;q=0, application/json"]), Some(false));
+        assert_eq!(
+            accepting(&["text/*;q=0, text/event-stream;q=0.5"]),
+            Some(true)
+        );
+        // Of two as specific, the later.
+        assert_eq!(
+            accepting(&["text/event-stream;q=0, text/event-stream"]),
+            Some(true)
+        );
+        assert_eq!(
+            accepting(&["text/event-stream, text/event-stream;q=0.0"]),
+            None
+        );
+        assert_eq!(accepting(&["image/png"]), None);
+        assert_eq!(accepting(&["application/json;q=0, text/*;q=0"]), None);
+        assert_eq!(accepting(&["application/jsonx, texts/event-stream"]), None);
     }
 
     fn challenge_of(refusal: &AuthError) -> Option<String> {

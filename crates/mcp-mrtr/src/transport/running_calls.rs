@@ -2,12 +2,14 @@
 //! `notifications/cancelled` stops the one it names: the handler is dropped and its stream ends
 //! without a response, as the spec asks of the receiver of a cancellation. A session's end
 //! (DELETE) stops all of its calls, those whose names a later call took over (a client reusing
-//! an id) and those starting as it ends included. A cancellation or an end POSTed to another
-//! replica reaches this one through the answer relay.
+//! an id) and those starting as it ends or just after (their requests read the session before it
+//! ended) included. A cancellation or an end POSTed to another replica reaches this one through
+//! the answer relay.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use hashlink::LinkedHashSet;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -17,12 +19,34 @@ use crate::protocol::RequestId;
 /// A call's name: its session, and its JSON-RPC id as written (so `1` and `"1"` differ).
 type CallName = (String, String);
 
+/// How many of the sessions that ended last are remembered: a request reads its session, then
+/// starts its call, with no wait between but for its turn on the CPU, so a session's end is
+/// stale long before this many more have ended.
+const REMEMBERED_ENDS: usize = 1024;
+
 /// The cancellable calls running here; clones share them.
 #[derive(Default, Clone)]
 pub(super) struct RunningCalls {
     calls: Arc<Claims<CallName, CancellationToken>>,
+    sessions: Arc<Mutex<Sessions>>,
+}
+
+/// The sessions with calls running here, and those that ended last.
+#[derive(Default)]
+struct Sessions {
     /// Per session with calls running here: what ends them all, and how many there are.
-    sessions: Arc<Mutex<HashMap<String, SessionCalls>>>,
+    running: HashMap<String, SessionCalls>,
+    /// The last [`REMEMBERED_ENDS`] sessions ended, oldest first.
+    ended: LinkedHashSet<String>,
+}
+
+impl Sessions {
+    fn remember_end(&mut self, session_id: &str) {
+        self.ended.insert(session_id.to_owned());
+        if self.ended.len() > REMEMBERED_ENDS {
+            self.ended.pop_front();
+        }
+    }
 }
 
 /// The calls of one session running here: each one's token is a child of `ended`.
@@ -34,18 +58,25 @@ struct SessionCalls {
 impl RunningCalls {
     /// Registers call `id` of `session_id` until the returned guard is dropped. A second call
     /// with the same id (a client's mistake) takes the name over: a cancellation reaches it (the
-    /// session's end reaches both).
+    /// session's end reaches both). A call of a session that ended lately (one of the last
+    /// [`REMEMBERED_ENDS`]) is cancelled at once.
     pub(super) fn start(&self, session_id: &str, id: &RequestId) -> RunningCall {
         let token = {
             let mut sessions = self.sessions();
+            let has_ended = sessions.ended.contains(session_id);
             let calls = sessions
+                .running
                 .entry(session_id.to_owned())
                 .or_insert_with(|| SessionCalls {
                     ended: CancellationToken::new(),
                     running: 0,
                 });
             calls.running += 1;
-            // Cancelled at once if the session ended while others of its calls still run.
+            if has_ended {
+                calls.ended.cancel();
+            }
+            // Cancelled at once if the session ended while others of its calls still run, or
+            // lately.
             calls.ended.child_token()
         };
         let name = (session_id.to_owned(), id.as_value().to_string());
@@ -60,7 +91,7 @@ impl RunningCalls {
         }
     }
 
-    fn sessions(&self) -> MutexGuard<'_, HashMap<String, SessionCalls>> {
+    fn sessions(&self) -> MutexGuard<'_, Sessions> {
         lock(&self.sessions)
     }
 
@@ -72,17 +103,17 @@ impl RunningCalls {
     }
 
     /// Cancels every call of `session_id` running here (the session ended), and any that
-    /// starts while one of them still runs.
+    /// starts while it is among the last [`REMEMBERED_ENDS`] ended.
     pub(super) fn cancel_session(&self, session_id: &str) {
-        if let Some(calls) = self.sessions().get(session_id) {
+        let mut sessions = self.sessions();
+        if let Some(calls) = sessions.running.get(session_id) {
             calls.ended.cancel();
         }
+        sessions.remember_end(session_id);
     }
 }
 
-fn lock(
-    sessions: &Mutex<HashMap<String, SessionCalls>>,
-) -> MutexGuard<'_, HashMap<String, SessionCalls>> {
+fn lock(sessions: &Mutex<Sessions>) -> MutexGuard<'_, Sessions> {
     sessions.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -95,17 +126,17 @@ pub(super) struct RunningCall {
 
 /// A call counted among its session's; the session is forgotten with its last call.
 struct Counted {
-    sessions: Arc<Mutex<HashMap<String, SessionCalls>>>,
+    sessions: Arc<Mutex<Sessions>>,
     session_id: String,
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
         let mut sessions = lock(&self.sessions);
-        if let Some(calls) = sessions.get_mut(&self.session_id) {
+        if let Some(calls) = sessions.running.get_mut(&self.session_id) {
             calls.running -= 1;
             if calls.running == 0 {
-                sessions.remove(&self.session_id);
+                sessions.running.remove(&self.session_id);
             }
         }
     }
@@ -139,7 +170,7 @@ mod tests {
     }
 
     #[test]
-    fn a_sessions_end_cancels_its_calls_only_and_those_starting_as_it_ends() {
+    fn a_sessions_end_cancels_its_calls_only_and_those_starting_after() {
         let calls = RunningCalls::default();
         let id = |value: Value| RequestId::from_value(value).expect("an id");
         let ending = [
@@ -156,12 +187,33 @@ mod tests {
         let late = calls.start("s1", &id(Value::from(3)));
         assert!(late.token.is_cancelled(), "started as the session ended");
         drop((ending, late, other_session));
-        assert!(calls.sessions().is_empty(), "sessions go with their calls");
-        assert_eq!(calls.calls.in_force(), 0);
-        let next = calls.start("s1", &id(Value::from(4)));
         assert!(
-            !next.token.is_cancelled(),
-            "a session's calls are counted afresh"
+            calls.sessions().running.is_empty(),
+            "sessions go with their calls"
         );
+        assert_eq!(calls.calls.in_force(), 0);
+        let after = calls.start("s1", &id(Value::from(4)));
+        assert!(
+            after.token.is_cancelled(),
+            "its request read the session before it ended"
+        );
+        let other = calls.start("s2", &id(Value::from(2)));
+        assert!(!other.token.is_cancelled(), "other sessions' calls run on");
+    }
+
+    #[test]
+    fn a_session_ended_with_no_call_running_stops_calls_starting_after() {
+        let calls = RunningCalls::default();
+        let id = RequestId::from_value(Value::from(1)).expect("an id");
+        calls.cancel_session("s1");
+        calls.cancel_session("s1");
+        assert!(calls.start("s1", &id).token.is_cancelled());
+        // Only the last ends are kept: an end older than that is long past.
+        for n in 0..REMEMBERED_ENDS {
+            calls.cancel_session(&format!("later-{n}"));
+        }
+        assert_eq!(calls.sessions().ended.len(), REMEMBERED_ENDS);
+        assert!(!calls.start("s1", &id).token.is_cancelled());
+        assert!(calls.start("later-0", &id).token.is_cancelled());
     }
 }

@@ -160,6 +160,31 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
         },
     ));
 
+    let gate_probes = probes.clone();
+    registry.add_tool(
+        Tool::without_arguments(
+            "asks_when_let_go",
+            "Asks the user's name once the test lets it (Probes::ask_gate), and records the answer",
+            move |ctx| {
+                let probes = gate_probes.clone();
+                async move {
+                    probes.ask_waiting.store(true, Ordering::SeqCst);
+                    probes.ask_gate.notified().await;
+                    let answer = ctx
+                        .elicit("user_name", "What is your name?", text_form("name"))
+                        .await?;
+                    let told = format!("{answer:?}");
+                    *probes
+                        .late_answer
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(told.clone());
+                    Ok(CallToolResult::text(told))
+                }
+            },
+        )
+        .hidden(),
+    );
+
     let slow_probes = probes.clone();
     registry.add_tool(Tool::without_arguments(
         "slow_progress",

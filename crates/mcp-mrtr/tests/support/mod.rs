@@ -32,6 +32,26 @@ pub fn checked_client(url: String) -> Client {
     Client::new(url).observe(schema::validate_server_message)
 }
 
+/// `message` POSTed to `url` as a 2025-11-25 client sends it: within `session` once it has one.
+pub fn legacy_post(
+    http: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    message: &serde_json::Value,
+) -> reqwest::RequestBuilder {
+    let request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .json(message);
+    match session {
+        Some(session) => request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-11-25"),
+        None => request,
+    }
+}
+
 /// The protocol revision the tests speak.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";

@@ -109,6 +109,12 @@ pub struct Probes {
     pub slow_finished: AtomicBool,
     /// `slow_progress`'s future was dropped before it reached its end (it was cancelled).
     pub slow_dropped_early: AtomicBool,
+    /// `asks_when_let_go` waits on this before it asks its question.
+    pub ask_gate: tokio::sync::Notify,
+    /// `asks_when_let_go` is waiting on `ask_gate`.
+    pub ask_waiting: AtomicBool,
+    /// What `asks_when_let_go` got for its question (`Debug` of the answer).
+    pub late_answer: std::sync::Mutex<Option<String>>,
 }
 
 impl Probes {
