@@ -96,7 +96,8 @@ pub struct ServeArgs {
     pub max_body_bytes: usize,
 
     /// Most requests read and handled at once; more wait a second, then get HTTP 503 with
-    /// Retry-After (at most a million).
+    /// Retry-After (at most a million). Also how many 2025-11-25 calls run on after their
+    /// clients closed their streams, a quarter of those per caller.
     #[arg(long, env = "MOVIEDB_MAX_CONCURRENT_REQUESTS", default_value_t = 512,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub max_concurrent_requests: usize,

@@ -1297,6 +1297,33 @@ mod movies {
         assert_eq!(replicas.database.watchlist_rows("fay").await, 1);
     }
 
+    /// A caller's calls take at most a quarter of the places to run on (here one of four): its
+    /// second call whose stream closed stops, while another caller's runs on.
+    #[tokio::test]
+    async fn a_caller_runs_on_only_its_share_of_calls_whose_streams_closed() {
+        let mut replicas = replicas_with(&[
+            ("MOVIEDB_MAX_CONCURRENT_REQUESTS", "4"),
+            ("MOVIEDB_LEGACY_REQUEST_TIMEOUT", "5"),
+        ])
+        .await;
+        let ivy = legacy_session(&mut replicas, 1, "ivy", json!({"elicitation": {}})).await;
+        let jon = legacy_session(&mut replicas, 1, "jon", json!({"elicitation": {}})).await;
+        let (first, _) = asked_status(&ivy, "6").await;
+        let (second, _) = asked_status(&ivy, "7").await;
+        let (other, _) = asked_status(&jon, "6").await;
+        drop(first);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop((second, other));
+        // Unanswered, the calls that run on save the fallback after their 5 s wait; ivy's
+        // second, asked at about the same moment, would have saved it by 2 s later.
+        assert_eq!(watchlist_of(&replicas, "jon", 1).await.len(), 1);
+        let listed = watchlist_of(&replicas, "ivy", 1).await;
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(replicas.database.watchlist_rows("ivy").await, 1);
+        assert_eq!(replicas.database.watchlist_rows("jon").await, 1);
+    }
+
     /// A session's end stops its calls, on whichever replica they run, whether their streams are
     /// open (they end without a response) or closed (they run on no further): nothing is saved.
     #[tokio::test]

@@ -20,13 +20,14 @@ use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::answer_relay::AnswerRelay;
 use super::headers::{MCP_PROTOCOL_VERSION, header_text};
 use super::respond::{Accept, Cancelled, Stop, WireError, accepted, streamed};
+use super::run_on_room::RunOnRoom;
 use super::running_calls::RunningCalls;
 use super::session_streams::SessionStreams;
 use super::{Endpoint, TransportOptions, owner_of, sse};
@@ -90,8 +91,9 @@ pub(super) struct LegacyWire {
     /// The streamed calls running here, which their clients may cancel.
     calls: RunningCalls,
     /// Places for calls that run on after their clients closed their streams: as many as
-    /// requests may be handled at once. With none free, a closed stream stops its call.
-    closed_calls: Arc<Semaphore>,
+    /// requests may be handled at once, a quarter of them per caller. With none free for its
+    /// caller, a closed stream stops its call.
+    closed_calls: Arc<RunOnRoom>,
 }
 
 impl LegacyWire {
@@ -113,11 +115,7 @@ impl LegacyWire {
             answers_elsewhere,
             streams: SessionStreams::default(),
             calls,
-            closed_calls: Arc::new(Semaphore::new(
-                options
-                    .max_concurrent_requests
-                    .clamp(1, Semaphore::MAX_PERMITS),
-            )),
+            closed_calls: RunOnRoom::new(options.max_concurrent_requests),
         }
     }
 }
@@ -449,6 +447,7 @@ async fn serve_request(
         let stop = Stop::OnNotice {
             cancelled,
             room: endpoint.legacy.closed_calls.clone(),
+            owner: env.owner.clone(),
         };
         return Ok(streamed(endpoint, env, request, stop).await);
     }

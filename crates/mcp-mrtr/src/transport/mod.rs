@@ -17,6 +17,7 @@ mod listen;
 mod modern;
 mod origin;
 mod respond;
+mod run_on_room;
 #[cfg(feature = "legacy")]
 mod running_calls;
 #[cfg(feature = "legacy")]
@@ -69,7 +70,9 @@ pub struct TransportOptions {
     /// Most long-lived streams open at once, in all and per owner.
     pub streams: StreamLimits,
     /// Most requests read and handled at once; more wait up to [`BUSY_WAIT`], then get HTTP 503
-    /// with `Retry-After`. A streamed answer stops counting once its stream has started.
+    /// with `Retry-After`. A streamed answer stops counting once its stream has started. Also
+    /// how many 2025-11-25 calls run on after their clients closed their streams, a quarter of
+    /// those per owner.
     pub max_concurrent_requests: usize,
     /// The 2025-11-25 wire's settings.
     #[cfg(feature = "legacy")]

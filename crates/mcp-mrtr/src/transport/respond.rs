@@ -13,10 +13,11 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, heade
 use axum::response::IntoResponse;
 use futures::StreamExt;
 use serde_json::{Map, Value};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::run_on_room::RunOnRoom;
 use super::streams::ServerFull;
 use super::{Endpoint, MAX_HEAD_BYTES, sse};
 use crate::auth::AuthError;
@@ -25,6 +26,7 @@ use crate::mrtr::Notifier;
 use crate::protocol::jsonrpc::{error_bytes, success_bytes};
 use crate::protocol::{Method, ProtocolError, RequestId};
 use crate::server::{Era, RequestEnv};
+use crate::store::Owner;
 
 /// What a streamed request's task produces: notifications, then exactly one final message, or
 /// word that the client cancelled the request (then there is no final message).
@@ -43,16 +45,18 @@ pub(super) enum Stop {
     OnClose,
     /// Its client's `notifications/cancelled` (`cancelled` completes). On 2025-11-25 a closed
     /// stream is no cancellation (a network may drop it): the request runs on to its end, for
-    /// [`MOST_RUN_ON`] at most, while `room` has a place for it and the server is not shutting
-    /// down. What it sends after the close (a question, its response) is lost, a question given
-    /// up at once. With `room` full, or while draining, a closed stream stops it.
+    /// [`MOST_RUN_ON`] at most, while `room` has a place for it (and `owner`, its caller, has
+    /// one left of its share) and the server is not shutting down. What it sends after the
+    /// close (a question, its response) is lost, a question given up at once. With no place,
+    /// or while draining, a closed stream stops it.
     #[cfg_attr(
         not(feature = "legacy"),
         expect(dead_code, reason = "only legacy sessions")
     )]
     OnNotice {
         cancelled: Cancelled,
-        room: Arc<Semaphore>,
+        room: Arc<RunOnRoom>,
+        owner: Owner,
     },
 }
 
@@ -69,9 +73,10 @@ struct RequestTask {
     runs_on: Option<RunOn>,
 }
 
-/// Where a request may run on after its stream closed, and for how long.
+/// Where a request of `owner` may run on after its stream closed, and for how long.
 struct RunOn {
-    room: Arc<Semaphore>,
+    room: Arc<RunOnRoom>,
+    owner: Owner,
     drain: Drain,
     limit: Duration,
 }
@@ -88,7 +93,7 @@ impl Drop for RequestTask {
             if run_on.drain.has_begun() {
                 return None;
             }
-            let place = run_on.room.try_acquire_owned().ok()?;
+            let place = run_on.room.take(&run_on.owner)?;
             Some((place, run_on.drain.hold(), run_on.limit))
         });
         // A body dropped as the runtime shuts down has no runtime left to run on.
@@ -123,9 +128,14 @@ pub(super) async fn streamed(
 ) -> Response<Body> {
     let (cancelled, runs_on) = match stop {
         Stop::OnClose => (None, None),
-        Stop::OnNotice { cancelled, room } => {
+        Stop::OnNotice {
+            cancelled,
+            room,
+            owner,
+        } => {
             let run_on = RunOn {
                 room,
+                owner,
                 drain: endpoint.options.drain.clone(),
                 limit: MOST_RUN_ON,
             };
@@ -484,6 +494,8 @@ pub(super) async fn method_not_allowed() -> Response<Body> {
 
 #[cfg(test)]
 mod tests {
+    use tokio::sync::Semaphore;
+
     use super::*;
 
     /// A task that finishes once `go` has a permit for it, saying so in `done`.
@@ -506,9 +518,20 @@ mod tests {
         .expect("the task ends");
     }
 
+    /// Waits (5 s at most) until `room` holds `count` places.
+    async fn holding(room: &RunOnRoom, count: usize) {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while room.held() != count {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the room holds as many places");
+    }
+
     #[tokio::test]
     async fn a_task_runs_on_after_its_stream_closes_while_its_room_has_a_place() {
-        let room = Arc::new(Semaphore::new(1));
+        let room = RunOnRoom::new(1);
         let drain = Drain::default();
         let go = Arc::new(Semaphore::new(0));
         let (first_done, second_done) = (Arc::default(), Arc::default());
@@ -517,6 +540,7 @@ mod tests {
             handled: Arc::default(),
             runs_on: Some(RunOn {
                 room: room.clone(),
+                owner: Owner::new("user:ann"),
                 drain: drain.clone(),
                 limit: MOST_RUN_ON,
             }),
@@ -524,7 +548,7 @@ mod tests {
         let first = held(waiting_task(go.clone(), Arc::clone(&first_done)));
         let second = held(waiting_task(go.clone(), Arc::clone(&second_done)));
         drop(first);
-        assert_eq!(room.available_permits(), 0, "the first took the place");
+        assert_eq!(room.held(), 1, "the first took the place");
         drop(second);
         go.add_permits(2);
         tokio::time::timeout(Duration::from_secs(5), drain.released())
@@ -532,11 +556,7 @@ mod tests {
             .expect("the drain is released once the task that ran on ends");
         assert!(first_done.load(Ordering::SeqCst), "ran on to its end");
         assert!(!second_done.load(Ordering::SeqCst), "stopped: no room");
-        tokio::time::timeout(Duration::from_secs(5), room.acquire())
-            .await
-            .expect("the place is given back")
-            .expect("the room is open")
-            .forget();
+        holding(&room, 0).await;
     }
 
     #[tokio::test]
@@ -558,7 +578,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_task_runs_on_for_its_limit_at_most_and_not_while_draining() {
-        let room = Arc::new(Semaphore::new(1));
+        let room = RunOnRoom::new(1);
         let drain = Drain::default();
         let go = Arc::new(Semaphore::new(0));
         let done = Arc::new(AtomicBool::new(false));
@@ -567,6 +587,7 @@ mod tests {
             handled: Arc::default(),
             runs_on: Some(RunOn {
                 room: room.clone(),
+                owner: Owner::new("user:ann"),
                 drain: drain.clone(),
                 limit,
             }),
@@ -574,23 +595,19 @@ mod tests {
         let stuck = waiting_task(go.clone(), done.clone());
         let stopped = stuck.abort_handle();
         drop(held(stuck, Duration::from_millis(50)));
-        assert_eq!(room.available_permits(), 0, "it runs on");
-        tokio::time::timeout(Duration::from_secs(5), room.acquire())
-            .await
-            .expect("its place is given back once its time is up")
-            .expect("the room is open")
-            .forget();
+        assert_eq!(room.held(), 1, "it runs on");
+        // Its place is given back once its time is up.
+        holding(&room, 0).await;
         tokio::time::timeout(Duration::from_secs(5), drain.released())
             .await
             .expect("and the drain with it");
         ended(&stopped).await;
 
-        room.add_permits(1);
         drain.begin();
         let late = waiting_task(go.clone(), done.clone());
         let stopped = late.abort_handle();
         drop(held(late, MOST_RUN_ON));
-        assert_eq!(room.available_permits(), 1, "no place taken while draining");
+        assert_eq!(room.held(), 0, "no place taken while draining");
         ended(&stopped).await;
         go.add_permits(2);
         tokio::task::yield_now().await;
@@ -599,7 +616,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_task_whose_handler_is_done_takes_no_place() {
-        let room = Arc::new(Semaphore::new(1));
+        let room = RunOnRoom::new(1);
         let go = Arc::new(Semaphore::new(0));
         let done = Arc::new(AtomicBool::new(false));
         drop(RequestTask {
@@ -607,11 +624,12 @@ mod tests {
             handled: Arc::new(AtomicBool::new(true)),
             runs_on: Some(RunOn {
                 room: room.clone(),
+                owner: Owner::new("user:ann"),
                 drain: Drain::default(),
                 limit: MOST_RUN_ON,
             }),
         });
-        assert_eq!(room.available_permits(), 1);
+        assert_eq!(room.held(), 0);
         go.add_permits(1);
         tokio::time::timeout(Duration::from_secs(5), async {
             while !done.load(Ordering::SeqCst) {
