@@ -518,6 +518,25 @@ mod tests {
         .expect("the task ends");
     }
 
+    /// `task` held by its stream, which may run on in `room` for `limit` unless `drain` has
+    /// begun; `handled` says its handler is done.
+    fn held_by_stream(
+        task: JoinHandle<()>,
+        handled: bool,
+        (room, drain, limit): (&Arc<RunOnRoom>, &Drain, Duration),
+    ) -> RequestTask {
+        RequestTask {
+            task: Some(task),
+            handled: Arc::new(AtomicBool::new(handled)),
+            runs_on: Some(RunOn {
+                room: room.clone(),
+                owner: Owner::new("user:ann"),
+                drain: drain.clone(),
+                limit,
+            }),
+        }
+    }
+
     /// Waits (5 s at most) until `room` holds `count` places.
     async fn holding(room: &RunOnRoom, count: usize) {
         tokio::time::timeout(Duration::from_secs(5), async {
@@ -535,16 +554,7 @@ mod tests {
         let drain = Drain::default();
         let go = Arc::new(Semaphore::new(0));
         let (first_done, second_done) = (Arc::default(), Arc::default());
-        let held = |task| RequestTask {
-            task: Some(task),
-            handled: Arc::default(),
-            runs_on: Some(RunOn {
-                room: room.clone(),
-                owner: Owner::new("user:ann"),
-                drain: drain.clone(),
-                limit: MOST_RUN_ON,
-            }),
-        };
+        let held = |task| held_by_stream(task, false, (&room, &drain, MOST_RUN_ON));
         let first = held(waiting_task(go.clone(), Arc::clone(&first_done)));
         let second = held(waiting_task(go.clone(), Arc::clone(&second_done)));
         drop(first);
@@ -582,16 +592,7 @@ mod tests {
         let drain = Drain::default();
         let go = Arc::new(Semaphore::new(0));
         let done = Arc::new(AtomicBool::new(false));
-        let held = |task, limit| RequestTask {
-            task: Some(task),
-            handled: Arc::default(),
-            runs_on: Some(RunOn {
-                room: room.clone(),
-                owner: Owner::new("user:ann"),
-                drain: drain.clone(),
-                limit,
-            }),
-        };
+        let held = |task, limit| held_by_stream(task, false, (&room, &drain, limit));
         let stuck = waiting_task(go.clone(), done.clone());
         let stopped = stuck.abort_handle();
         drop(held(stuck, Duration::from_millis(50)));
@@ -619,16 +620,12 @@ mod tests {
         let room = RunOnRoom::new(1);
         let go = Arc::new(Semaphore::new(0));
         let done = Arc::new(AtomicBool::new(false));
-        drop(RequestTask {
-            task: Some(waiting_task(go.clone(), done.clone())),
-            handled: Arc::new(AtomicBool::new(true)),
-            runs_on: Some(RunOn {
-                room: room.clone(),
-                owner: Owner::new("user:ann"),
-                drain: Drain::default(),
-                limit: MOST_RUN_ON,
-            }),
-        });
+        let task = waiting_task(go.clone(), done.clone());
+        drop(held_by_stream(
+            task,
+            true,
+            (&room, &Drain::default(), MOST_RUN_ON),
+        ));
         assert_eq!(room.held(), 0);
         go.add_permits(1);
         tokio::time::timeout(Duration::from_secs(5), async {
