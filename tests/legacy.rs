@@ -383,6 +383,50 @@ async fn a_cancelled_call_stops_without_a_response() {
     assert_eq!(still.status, 200, "the session goes on");
 }
 
+/// A client that reuses the id of a call still running (the spec says it must not) and then
+/// cancels that id stops both calls, not only the later one.
+#[tokio::test]
+async fn a_cancellation_stops_every_call_under_a_reused_id() {
+    let server = TestServer::start().await;
+    let client = session(&server, elicitation()).await;
+    let mut first = client
+        .start_call_as(json!("again"), "greet", json!({}))
+        .await;
+    first.next_server_request().await;
+    let mut second = client
+        .start_call_as(json!("again"), "greet", json!({}))
+        .await;
+    second.next_server_request().await;
+    let mut other = client.start_call("greet", json!({})).await;
+    let question = other.next_server_request().await;
+
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": "again"}});
+    let cancelled = client
+        .send_raw("notifications/cancelled", &cancel, false)
+        .await;
+    assert_eq!(cancelled.status, 202);
+    for (n, call) in [&mut first, &mut second].into_iter().enumerate() {
+        let rest = call.rest().await;
+        assert!(
+            rest.iter()
+                .all(|message| message.get("id") != Some(&json!("again"))),
+            "call {n}: no response after the cancellation: {rest:?}"
+        );
+    }
+    client
+        .answer(
+            &question["id"],
+            json!({"action": "accept", "content": {"name": "Ada"}}),
+        )
+        .await;
+    assert_eq!(
+        text_of(&other.response().await),
+        "Hello, Ada!",
+        "a call under another id runs on"
+    );
+}
+
 /// The lifecycle's rule: no server request before the client's `notifications/initialized`.
 /// Until then a tool is served as to a client that cannot be asked; after it, the same session
 /// is asked.
@@ -1379,6 +1423,44 @@ mod movies {
         );
         assert_eq!(
             replicas.database.watchlist_rows("dee").await,
+            0,
+            "nothing saved"
+        );
+    }
+
+    /// A client that reused a call's id on another replica (the spec says it must not) and
+    /// cancels that id where the later call runs stops the earlier one too.
+    #[tokio::test]
+    async fn a_cancellation_stops_the_calls_under_a_reused_id_on_every_replica() {
+        let mut replicas = replicas().await;
+        let on_first = legacy_session(&mut replicas, 1, "eli", json!({"elicitation": {}})).await;
+        let on_second = on_first.at(replicas.replica(2).url());
+        let add = |movie: &str| json!({"subject": {"movieId": movie}});
+        let mut first = on_first
+            .start_call_as(json!("again"), "addToWatchlist", add("6"))
+            .await;
+        first.next_server_request().await;
+        let mut second = on_second
+            .start_call_as(json!("again"), "addToWatchlist", add("7"))
+            .await;
+        second.next_server_request().await;
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                            "params": {"requestId": "again"}});
+        let sent = on_second
+            .send_raw("notifications/cancelled", &cancel, false)
+            .await;
+        assert_eq!(sent.status, 202);
+        // Not cancelled, each would answer after its 2 s wait, with the fallback saved.
+        for (replica, call) in [(1, &mut first), (2, &mut second)] {
+            let rest = call.rest().await;
+            assert!(
+                rest.iter()
+                    .all(|message| message.get("id") != Some(&json!("again"))),
+                "the call on replica {replica}: no response after the cancellation: {rest:?}"
+            );
+        }
+        assert_eq!(
+            replicas.database.watchlist_rows("eli").await,
             0,
             "nothing saved"
         );

@@ -1143,6 +1143,73 @@ async fn a_token_naming_its_key_is_checked_against_a_key_published_without_an_id
     );
 }
 
+/// An authorization server that names none of its keys gives no key id to notice a rotation
+/// by: a signature no key held verifies makes the server fetch the keys again (no sooner than
+/// `--auth-key-refresh-secs` after the last fetch), not wait for them to be an hour old.
+#[tokio::test]
+async fn a_rotation_of_keys_without_ids_is_noticed_by_the_first_token_signed_with_the_new() {
+    let ((old, old_modulus), (new, new_modulus)) = (rsa_key(), rsa_key());
+    let ((newer, newer_modulus), (forger, _)) = (rsa_key(), rsa_key());
+    let publishing = |modulus: &str| json!({"keys": [{"kty": "RSA", "use": "sig", "alg": "RS256", "n": modulus, "e": "AQAB"}]});
+    let published = Arc::new(std::sync::Mutex::new(publishing(&old_modulus)));
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let (serving, counted) = (published.clone(), fetches.clone());
+    let issuer = stand_in_issuer(axum::routing::get(move || async move {
+        counted.fetch_add(1, Ordering::SeqCst);
+        let keys = serving.lock().expect("the key set").clone();
+        axum::Json(keys)
+    }))
+    .await;
+    let server = resource_server_with(&issuer, &["--auth-key-refresh-secs", "1"]).await;
+    let signed = |kid: Option<&str>, key: &jsonwebtoken::EncodingKey| {
+        rs256_token(&issuer, server.url(), "fay", kid, key)
+    };
+    let status = |token: String| {
+        let server = &server;
+        async move { list_tools(server, &token).await.status.as_u16() }
+    };
+    assert_eq!(status(signed(None, &old)).await, 200);
+
+    // Rotated twice: first noticed by a token naming no key, then by one naming a key (in a
+    // set that names none, its id tells nothing either).
+    let mut refetched = std::time::Instant::now();
+    let mut before = 0;
+    for (modulus, key, kids) in [
+        (&new_modulus, &new, [None, Some("any-id")]),
+        (&newer_modulus, &newer, [Some("any-id"), None]),
+    ] {
+        *published.lock().expect("the key set") = publishing(modulus);
+        // Past the least time between fetches.
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        before = fetches.load(Ordering::SeqCst);
+        refetched = std::time::Instant::now();
+        for kid in kids {
+            assert_eq!(
+                status(signed(kid, key)).await,
+                200,
+                "a token with key id {kid:?} signed with the new key"
+            );
+        }
+        assert_eq!(
+            fetches.load(Ordering::SeqCst),
+            before + 1,
+            "fetched again once, for the first token"
+        );
+    }
+    assert_eq!(status(signed(None, &old)).await, 401, "the old key is gone");
+    // Forged signatures fetch the keys at most once a refresh interval (1 s).
+    for _ in 0..20 {
+        assert_eq!(status(signed(None, &forger)).await, 401);
+    }
+    // Seconds begun since just before the fetch for the last rotation, each allowing one more.
+    let intervals = refetched.elapsed().as_secs_f64().ceil();
+    let more = fetches.load(Ordering::SeqCst) - (before + 1);
+    assert!(
+        more as f64 <= intervals,
+        "{more} more fetches in {intervals} seconds begun"
+    );
+}
+
 #[tokio::test]
 async fn an_unknown_key_id_among_named_keys_fetches_the_keys_then_tries_the_unnamed() {
     let ((named, named_modulus), (unnamed, unnamed_modulus)) = (rsa_key(), rsa_key());

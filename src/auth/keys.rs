@@ -1,8 +1,9 @@
 //! The authorization server's signing keys, as the resource server holds them: fetched from its
 //! `jwks_uri`, looked up by a token's key id and algorithm, fetched again when a token names a key
-//! id they do not hold (a rotation), and in the background once they are older than their most
-//! age (a key the authorization server withdrew), so that no request waits for that fetch (but
-//! one naming an unknown key id, which waits for the fetch under way).
+//! id they do not hold, or (where key ids tell nothing) bears a signature none of them verifies
+//! (a rotation), and in the background once they are older than their most age (a key the
+//! authorization server withdrew), so that no request waits for that fetch (but one of those,
+//! which waits for the fetch under way).
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, Weak};
@@ -125,6 +126,37 @@ impl KeySource {
         known
     }
 
+    /// The keys for a token none of whose keys (from [`for_token`](Self::for_token), asked at
+    /// `asked`) verified its signature, when those were not picked by its key id (it names
+    /// none, or the key set names none): such a token is the only sign of a rotation there is,
+    /// so the keys are fetched again (no sooner than the last fetch allows) and the token's keys
+    /// in the new set returned; `None` when no key set newer than `asked` is held.
+    pub(super) async fn after_failed_signature(
+        &self,
+        kid: &str,
+        alg: Algorithm,
+        asked: Instant,
+    ) -> Option<Vec<DecodingKey>> {
+        if !kid.is_empty() && !self.names_no_key() {
+            return None;
+        }
+        let fetches = self.fetches.lock().await;
+        // Another request's fetch may have renewed them meanwhile.
+        if self.read().fetched <= asked {
+            self.fetch_again(fetches, "a token's signature no key held verifies")
+                .await;
+        }
+        if self.read().fetched <= asked {
+            return None;
+        }
+        let known = self.lookup(kid, alg);
+        Some(if known.is_empty() {
+            self.unnamed(alg)
+        } else {
+            known
+        })
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, KeySet> {
         self.set.read().unwrap_or_else(|p| p.into_inner())
     }
@@ -164,8 +196,8 @@ impl KeySource {
                     tracing::warn!(
                         "cannot fetch the authorization server's keys ({why}): {e:#}; the keys \
                          held are kept, and fetched again when they are past their most age or a \
-                         token names a key id they lack, at most every {} s (the log says again \
-                         every {} min while this lasts)",
+                         token may have been signed by a newer key, at most every {} s (the log \
+                         says again every {} min while this lasts)",
                         self.refresh.least_between.as_secs(),
                         STILL_FAILING_EVERY.as_secs() / 60
                     );

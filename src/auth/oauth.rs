@@ -23,7 +23,8 @@ use anyhow::Context as _;
 use axum::Router;
 use axum::http::HeaderMap;
 use axum::routing::get;
-use jsonwebtoken::{Algorithm, Validation};
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tower_http::cors::{Any, CorsLayer};
@@ -65,6 +66,40 @@ struct Claims {
     /// only then, so that an odd one beside a good `scope` does not spoil the token.
     #[serde(default)]
     scp: Option<Value>,
+}
+
+/// The token's claims as the first of `keys` that verifies it reads them, or why not: what
+/// was wrong with its claims under a key that verified its signature, else a key's error
+/// (`None` with no key).
+fn verify(
+    token: &str,
+    keys: &[DecodingKey],
+    validation: &Validation,
+) -> Result<Claims, Option<jsonwebtoken::errors::Error>> {
+    let mut refusal: Option<jsonwebtoken::errors::Error> = None;
+    for key in keys {
+        match jsonwebtoken::decode::<Claims>(token, key, validation) {
+            Ok(data) => return Ok(data.claims),
+            Err(e) if refusal.is_none() || about_claims(e.kind()) => refusal = Some(e),
+            Err(_) => {}
+        }
+    }
+    Err(refusal)
+}
+
+/// Whether a token was refused for its claims, which are read once its signature verified.
+fn about_claims(kind: &ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::ExpiredSignature
+            | ErrorKind::ImmatureSignature
+            | ErrorKind::InvalidAudience
+            | ErrorKind::InvalidIssuer
+            | ErrorKind::InvalidSubject
+            | ErrorKind::MissingRequiredClaim(_)
+            | ErrorKind::InvalidClaimFormat(_)
+            | ErrorKind::Json(_)
+    )
 }
 
 /// An `exp` with a fraction of a second taken to the nearest second, as the decoder takes it.
@@ -272,6 +307,7 @@ impl Authenticator for ResourceServer {
             return Err(self.refuse("the token is signed with an algorithm this server refuses"));
         }
         let kid = header.kid.as_deref().unwrap_or_default();
+        let asked = std::time::Instant::now();
         let keys = self.keys.for_token(kid, header.alg).await;
         if keys.is_empty() {
             return Err(self.refuse(
@@ -284,44 +320,46 @@ impl Authenticator for ResourceServer {
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.validate_nbf = true;
         validation.leeway = self.leeway.as_secs();
-        let mut last_error = None;
-        for key in &keys {
-            match jsonwebtoken::decode::<Claims>(token, key, &validation) {
-                Ok(data) => {
-                    let Claims {
-                        sub,
-                        exp,
-                        scope,
-                        scp,
-                    } = data.claims;
-                    if let Some(refusal) = super::user_name_refusal(&sub) {
-                        return Err(self.refuse(&format!("the token's subject {refusal}")));
-                    }
-                    let caller = Caller {
-                        principal: Principal::User(sub),
-                        scopes: Some(granted_scopes(scope, scp)),
-                        valid_until: None,
-                    };
-                    let exp = whole_seconds(exp);
-                    return Ok(super::expiring(caller, exp, self.leeway.as_secs()));
-                }
-                Err(e) => last_error = Some(e),
-            }
+        let mut verified = verify(token, &keys, &validation);
+        if let Err(Some(e)) = &verified
+            && matches!(e.kind(), ErrorKind::InvalidSignature)
+            && let Some(renewed) = self
+                .keys
+                .after_failed_signature(kid, header.alg, asked)
+                .await
+        {
+            verified = verify(token, &renewed, &validation);
         }
-        let reason = match last_error.as_ref().map(jsonwebtoken::errors::Error::kind) {
-            Some(jsonwebtoken::errors::ErrorKind::ExpiredSignature) => "the token has expired",
-            Some(jsonwebtoken::errors::ErrorKind::ImmatureSignature) => {
-                "the token is not valid yet"
+        let refusal = match verified {
+            Ok(Claims {
+                sub,
+                exp,
+                scope,
+                scp,
+            }) => {
+                if let Some(refusal) = super::user_name_refusal(&sub) {
+                    return Err(self.refuse(&format!("the token's subject {refusal}")));
+                }
+                let caller = Caller {
+                    principal: Principal::User(sub),
+                    scopes: Some(granted_scopes(scope, scp)),
+                    valid_until: None,
+                };
+                let exp = whole_seconds(exp);
+                return Ok(super::expiring(caller, exp, self.leeway.as_secs()));
             }
-            Some(jsonwebtoken::errors::ErrorKind::InvalidAudience) => {
+            Err(refusal) => refusal,
+        };
+        let reason = match refusal.as_ref().map(jsonwebtoken::errors::Error::kind) {
+            Some(ErrorKind::ExpiredSignature) => "the token has expired",
+            Some(ErrorKind::ImmatureSignature) => "the token is not valid yet",
+            Some(ErrorKind::InvalidAudience) => {
                 "the token was not issued for this server (audience)"
             }
-            Some(jsonwebtoken::errors::ErrorKind::InvalidIssuer) => {
+            Some(ErrorKind::InvalidIssuer) => {
                 "the token was not issued by this server's authorization server"
             }
-            Some(jsonwebtoken::errors::ErrorKind::InvalidSignature) => {
-                "the token's signature does not verify"
-            }
+            Some(ErrorKind::InvalidSignature) => "the token's signature does not verify",
             _ => "the token is not valid",
         };
         Err(self.refuse(reason))

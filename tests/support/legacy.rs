@@ -274,11 +274,17 @@ impl LegacyClient {
 
     /// Starts a tool call and returns its open stream, to read the server's requests as they come.
     pub async fn start_call(&self, name: &str, arguments: Value) -> LegacyCall {
-        let output_schema = self.output_schema(name).await;
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
             + 1;
+        self.start_call_as(json!(id), name, arguments).await
+    }
+
+    /// Starts a tool call under the JSON-RPC id given (a client reusing one makes a mistake
+    /// the server has to survive).
+    pub async fn start_call_as(&self, id: Value, name: &str, arguments: Value) -> LegacyCall {
+        let output_schema = self.output_schema(name).await;
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}});
         let response = self
             .post(&body, true)
@@ -293,7 +299,7 @@ impl LegacyClient {
             .unwrap_or_default()
             .to_owned();
         LegacyCall {
-            id: json!(id),
+            id,
             status,
             content_type,
             body: Box::pin(response.bytes_stream()),

@@ -32,8 +32,9 @@ struct Resumed {
 }
 
 /// A retry's continuation, as taken from the store: put back when the retry fails for a reason
-/// the client (an answer that does not answer its question) or the server (no task can be kept
-/// now) can mend, so the same `requestState` works again.
+/// the client (an answer that does not answer its question, answers too large to carry) or the
+/// server (no task can be kept now, the next round not parked) can mend, so the same
+/// `requestState` works again.
 struct Taken {
     id: ContinuationId,
     payload: Vec<u8>,
@@ -120,7 +121,8 @@ struct RoundStart {
     earlier_rounds: u32,
     /// The request's digest, once worked out (to open a state); sealing needs it too.
     digest: Option<[u8; 32]>,
-    /// The continuation this retry took, kept to be put back if an answer is refused.
+    /// The continuation this retry took, kept to be put back if the retry fails for a reason
+    /// that can be mended.
     taken: Option<Taken>,
     baggage: Option<String>,
     span: tracing::Span,
@@ -178,6 +180,11 @@ struct Continuation {
 /// The longest a state and its continuation may live; a longer `state_ttl` is taken as this.
 const MOST_STATE_TTL: Duration = Duration::from_secs(365 * 86_400);
 
+/// Largest continuation parked between two rounds: the answers read so far and the work
+/// remembered. The stores bound continuations by number; this bounds what each may hold, so
+/// that answers padded up to the body limit cannot make the store's memory grow with them.
+const MAX_CONTINUATION_BYTES: usize = 256 * 1024;
+
 impl Engine {
     /// An engine that seals states with `sealer`, parks continuations in `store`, and lets each
     /// state and its continuation live for `state_ttl` (from a second to a year).
@@ -198,7 +205,11 @@ impl Engine {
         &self.sealer
     }
 
-    /// Runs `handler` for one round of `call`.
+    /// Runs `handler` for one round of `call`. A retry takes its continuation before the
+    /// handler runs, so a `requestState` completes at most one call; when the retry fails for a
+    /// reason that can be mended (an answer refused, answers too large to carry, no room for a
+    /// task, the next round not parked) the continuation is put back, and the same retry may be
+    /// sent again. The handler's own errors use it up: it may have done part of its work.
     pub async fn run<T, F, Fut>(
         &self,
         call: Call<'_>,
@@ -292,8 +303,8 @@ impl Engine {
     /// [`RequestContext::require_task`] is not run again: the call fails with -32603 saying why
     /// (with HTTP 503, or 429 for a caller at its share, when room may come later). Either way
     /// the continuation the request's retry took is put back when the call fails for a reason
-    /// that can be mended (no room now, or an answer refused), so the same `requestState` works
-    /// again.
+    /// that can be mended (no room now, an answer refused, the next round not parked), so the
+    /// same `requestState` works again.
     pub async fn continue_untasked<T, F, Fut>(
         &self,
         call: Call<'_>,
@@ -403,9 +414,16 @@ impl Engine {
                     rounds: earlier_rounds + 1,
                     trace: trace_context::carrier_of(&round_span, baggage.as_deref()),
                 };
-                self.park(parked, context.principal().id(), &call.owner, digest)
-                    .await
-                    .map(Outcome::InputRequired)
+                let parking = self
+                    .park(parked, context.principal().id(), &call.owner, digest)
+                    .await;
+                if parking.is_err()
+                    && let Some(taken) = taken
+                {
+                    // The next round could not be kept: the same state may try again.
+                    self.put_back(&call.owner, taken).await;
+                }
+                parking.map(Outcome::InputRequired)
             }
             Err(HandlerError::TaskRequested(pending)) => {
                 // Answers not read before the task point are read after it.
@@ -425,6 +443,8 @@ impl Engine {
                 })))
             }
             Err(error) => {
+                // A handler's own failure uses the state up: it may have done part of its last
+                // round's work, which must not run twice.
                 if (rounds.refused_answer() || context.wanted_a_task())
                     && let Some(taken) = taken
                 {
@@ -550,6 +570,9 @@ impl Engine {
         };
         let payload = serde_json::to_vec(&continuation)
             .map_err(|e| ProtocolError::internal(format!("cannot store continuation: {e}")))?;
+        if payload.len() > MAX_CONTINUATION_BYTES {
+            return Err(too_large(&continuation));
+        }
         let id = ContinuationId::random();
         let started = observe::Stopwatch::start();
         let span = tracing::info_span!(
@@ -575,6 +598,22 @@ impl Engine {
             requests: round.pending,
             request_state: self.sealer.seal(&claims),
         })
+    }
+}
+
+/// Why a continuation is too large to park: the client's answers, all rounds' (-32602: it may
+/// answer again with less, or start over), or the handler's own remembered work (-32603).
+fn too_large(continuation: &Continuation) -> ProtocolError {
+    let answers = serde_json::to_vec(&continuation.answers).map_or(0, |bytes| bytes.len());
+    if answers * 2 > MAX_CONTINUATION_BYTES {
+        ProtocolError::invalid_params(format!(
+            "The answers given to this request's questions come to {answers} bytes, more than \
+             a round can carry to the next ({MAX_CONTINUATION_BYTES}): answer with less, or \
+             send the request again without requestState to start over"
+        ))
+    } else {
+        tracing::error!("a continuation is larger than {MAX_CONTINUATION_BYTES} bytes");
+        ProtocolError::internal("This request's next round is too large to keep")
     }
 }
 
@@ -1027,6 +1066,127 @@ mod tests {
             ),
             "the state was put back"
         );
+    }
+
+    /// A memory store that fails its next put once told to, as a store out of reach for a
+    /// moment does.
+    struct Faltering {
+        store: MemoryStore,
+        next_put_fails: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl ContinuationStore for Faltering {
+        async fn put(
+            &self,
+            owner: &Owner,
+            id: ContinuationId,
+            payload: Vec<u8>,
+            ttl: Duration,
+        ) -> Result<(), crate::store::StoreError> {
+            if self
+                .next_put_fails
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(crate::store::StoreError("out of reach".into()));
+            }
+            self.store.put(owner, id, payload, ttl).await
+        }
+
+        async fn take(
+            &self,
+            owner: &Owner,
+            id: ContinuationId,
+        ) -> Result<Option<Vec<u8>>, crate::store::StoreError> {
+            self.store.take(owner, id).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_retry_keeps_its_state_when_its_failure_can_be_mended() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let store = Arc::new(Faltering {
+            store: MemoryStore::new(10, 10),
+            next_put_fails: AtomicBool::new(false),
+        });
+        let engine = Engine::new(
+            StateSealer::generate(),
+            store.clone(),
+            Duration::from_secs(60),
+        );
+        let arguments = json!({});
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+        let database_down = AtomicBool::new(false);
+        let handler = |ctx: RequestContext| {
+            let (schema, database_down) = (schema.clone(), &database_down);
+            async move {
+                let first = ctx.elicit("first", "Name?", schema.clone()).await?;
+                let second = ctx.elicit("second", "Other name?", schema).await?;
+                if database_down.swap(false, Ordering::SeqCst) {
+                    return Err(HandlerError::Internal(anyhow::anyhow!("database down")));
+                }
+                Ok((first, second))
+            }
+        };
+        let retry = |state: &str, answers: Value| {
+            Map::from_iter([
+                ("requestState".to_owned(), json!(state)),
+                ("inputResponses".to_owned(), answers),
+            ])
+        };
+        let named = |name: &str| json!({"action": "accept", "content": {"name": name}});
+        let run = |params: Map<String, Value>| {
+            let (engine, arguments, handler) = (&engine, &arguments, &handler);
+            async move { engine.run(call(arguments, &params), handler).await }
+        };
+        let state_of = |outcome: Result<Outcome<_>, ProtocolError>| match outcome {
+            Ok(Outcome::InputRequired(round)) => round.request_state,
+            Ok(_) => panic!("a question was expected"),
+            Err(error) => panic!("a question was expected: {}", error.to_json()),
+        };
+        let code_of = |outcome: Result<Outcome<_>, ProtocolError>| match outcome {
+            Err(error) => error.to_json()["code"].clone(),
+            Ok(_) => panic!("an error was expected"),
+        };
+
+        // The next round cannot be parked: the state the retry took is put back.
+        let state = state_of(run(Map::new()).await);
+        let answered_first = retry(&state, json!({"first": named("Ada")}));
+        store.next_put_fails.store(true, Ordering::SeqCst);
+        assert_eq!(code_of(run(answered_first.clone()).await), -32603);
+        let state = state_of(run(answered_first).await);
+
+        let answered_both = retry(&state, json!({"second": named("Grace")}));
+        let Ok(Outcome::Complete((first, second))) = run(answered_both.clone()).await else {
+            panic!("the retry completes the call");
+        };
+        assert!(matches!(first, Elicitation::Accepted(ref form) if form["name"] == "Ada"));
+        assert!(matches!(second, Elicitation::Accepted(ref form) if form["name"] == "Grace"));
+        assert_eq!(
+            code_of(run(answered_both).await),
+            -32602,
+            "a state that completed its call is used up"
+        );
+
+        // The handler's own failure uses its state up: it may have done part of its work.
+        let state = state_of(
+            run(retry(
+                &state_of(run(Map::new()).await),
+                json!({"first": named("Ada")}),
+            ))
+            .await,
+        );
+        let answered_both = retry(&state, json!({"second": named("Grace")}));
+        database_down.store(true, Ordering::SeqCst);
+        assert_eq!(code_of(run(answered_both.clone()).await), -32603);
+        assert_eq!(code_of(run(answered_both).await), -32602);
+
+        // Answers too large to carry to the next round are refused, and the state kept.
+        let state = state_of(run(Map::new()).await);
+        let padded = "x".repeat(MAX_CONTINUATION_BYTES);
+        let oversized = retry(&state, json!({"first": named(&padded)}));
+        assert_eq!(code_of(run(oversized).await), -32602);
+        state_of(run(retry(&state, json!({"first": named("Ada")}))).await);
     }
 
     #[test]

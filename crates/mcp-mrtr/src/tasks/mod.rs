@@ -355,10 +355,14 @@ impl Tasks {
         // Taken, when the last answer arrives, before the record changes: a task marked working
         // here always has its worker. Kept when the change is tried again.
         let mut place = None;
-        let changed = self
+        let changing = self
             .modify(id, |task| {
                 if task.owner != owner {
                     return Change::Keep(Err(not_found()));
+                }
+                if task.works_under(&lease) {
+                    // An attempt before this one landed, though its reply was lost.
+                    return Change::Keep(Ok(Some(task.clone())));
                 }
                 if task.status != Status::InputRequired {
                     return Change::Keep(Ok(None));
@@ -397,8 +401,28 @@ impl Tasks {
                 }
                 Change::Write(Ok(Some(task.clone())))
             })
-            .await?
-            .unwrap_or_else(|| Err(not_found()))?;
+            .await;
+        let changed = match changing {
+            Ok(changed) => changed.unwrap_or_else(|| Err(not_found()))?,
+            // The write may have landed with its reply lost: a task resumed under this very
+            // lease was resumed by this request, and must have its worker. Read again for a
+            // lease at most, as a worker tries its ending again (best effort: a store out of
+            // reach for longer leaves the task to be reported failed once the lease lapses).
+            Err(e) if place.as_ref().is_some_and(Result::is_ok) => {
+                let deadline = tokio::time::Instant::now() + self.shared.settings.lease;
+                loop {
+                    match self.read(id).await {
+                        Ok(Some(task)) if task.works_under(&lease) => break Some(task),
+                        Ok(_) => return Err(e),
+                        Err(_) if tokio::time::Instant::now() < deadline => {
+                            tokio::time::sleep(worker::ENDING_RETRY).await;
+                        }
+                        Err(_) => return Err(e),
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        };
         if let Some(record) = changed {
             (self.shared.announce)(id);
             if record.status == Status::Working
@@ -497,6 +521,7 @@ impl Tasks {
         Lease {
             holder: self.shared.replica.clone(),
             until_ms: now + millis(self.shared.settings.lease),
+            run: rand::thread_rng().next_u64(),
         }
     }
 
@@ -1175,5 +1200,126 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+    /// A memory task store that carries out its next replace once told to but answers it with
+    /// an error, as a Redis reply that came past its time limit is; the error waits for a
+    /// permit of `let_go` when `held` is set.
+    struct LateReplies {
+        store: MemoryTaskStore,
+        next_reply_lost: std::sync::atomic::AtomicBool,
+        held: std::sync::atomic::AtomicBool,
+        let_go: Semaphore,
+    }
+
+    #[async_trait::async_trait]
+    impl TaskStore for LateReplies {
+        async fn create(
+            &self,
+            owner: &crate::store::Owner,
+            id: &str,
+            record: Vec<u8>,
+            ttl: Duration,
+        ) -> Result<Result<(), crate::store::NoRoom>, crate::store::StoreError> {
+            self.store.create(owner, id, record, ttl).await
+        }
+
+        async fn read(
+            &self,
+            id: &str,
+        ) -> Result<Option<crate::store::Versioned>, crate::store::StoreError> {
+            self.store.read(id).await
+        }
+
+        async fn replace(
+            &self,
+            id: &str,
+            version: u64,
+            record: Vec<u8>,
+        ) -> Result<bool, crate::store::StoreError> {
+            let replaced = self.store.replace(id, version, record).await;
+            if self.next_reply_lost.swap(false, Ordering::SeqCst) {
+                if self.held.load(Ordering::SeqCst) {
+                    let _ = self.let_go.acquire().await;
+                }
+                return Err(crate::store::StoreError("no answer in time".into()));
+            }
+            replaced
+        }
+    }
+
+    fn late_replies(registry: Registry) -> (Tasks, Arc<LateReplies>) {
+        let store = Arc::new(LateReplies {
+            store: MemoryTaskStore::new(100, 100),
+            next_reply_lost: std::sync::atomic::AtomicBool::new(false),
+            held: std::sync::atomic::AtomicBool::new(false),
+            let_go: Semaphore::new(0),
+        });
+        let tasks = Tasks::new(
+            store.clone(),
+            TaskSettings::default(),
+            Arc::new(registry),
+            Arc::new(|_: &str| {}),
+        );
+        (tasks, store)
+    }
+
+    #[tokio::test]
+    async fn answers_recorded_though_the_reply_was_lost_resume_their_task() {
+        let mut registry = Registry::new();
+        registry.add_tool(asking_tool());
+        let (tasks, store) = late_replies(registry);
+        let id = asking_task(&tasks).await;
+        store.next_reply_lost.store(true, Ordering::SeqCst);
+        tasks
+            .update(&Principal::Anonymous, &id, confirmed())
+            .await
+            .expect("the answers were recorded, and their worker started");
+        let task = settled(&tasks, &id, "completed").await;
+        assert!(task["result"].to_string().contains("confirmed"), "{task}");
+    }
+
+    #[tokio::test]
+    async fn a_worker_whose_ending_was_recorded_late_does_not_undo_the_worker_started_since() {
+        let (gate, resumed) = (Arc::new(Semaphore::new(0)), Arc::new(AtomicUsize::new(0)));
+        let mut registry = Registry::new();
+        let (held, counted) = (gate.clone(), resumed.clone());
+        registry.add_tool(Tool::without_arguments(
+            "asks",
+            "Asks, then waits",
+            move |ctx| {
+                let (held, counted) = (held.clone(), counted.clone());
+                async move {
+                    ctx.continue_as_task()?;
+                    let form = json!({"type": "object", "properties": {"ok": {"type": "boolean"}}});
+                    ctx.elicit("confirm", "Go on?", form).await?;
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let _let_go = held.acquire().await;
+                    Ok(CallToolResult::text("confirmed"))
+                }
+            },
+        ));
+        let (tasks, store) = late_replies(registry);
+        // The first worker's ending (its question) is recorded, but the worker hears so only
+        // after the answer came and a second worker started; then it tries its write again.
+        store.held.store(true, Ordering::SeqCst);
+        store.next_reply_lost.store(true, Ordering::SeqCst);
+        let id = asking_task(&tasks).await;
+        tasks
+            .update(&Principal::Anonymous, &id, confirmed())
+            .await
+            .expect("answered");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while resumed.load(Ordering::SeqCst) == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "not resumed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        store.let_go.add_permits(1);
+        // Past the first worker's second try.
+        tokio::time::sleep(worker::ENDING_RETRY * 3).await;
+        assert_eq!(status_of(&tasks, &id).await, "working", "not asked again");
+        gate.add_permits(1);
+        let task = settled(&tasks, &id, "completed").await;
+        assert!(task["result"].to_string().contains("confirmed"), "{task}");
+        assert_eq!(resumed.load(Ordering::SeqCst), 1, "the tool went on once");
     }
 }

@@ -52,6 +52,18 @@ pub struct Lease {
     pub holder: String,
     /// Unix milliseconds after which the lease has lapsed.
     pub until_ms: u64,
+    /// Drawn anew for each worker started (the task created, or resumed by its answers), so a
+    /// worker trying its write again after a reply that came late tells its own lease from that
+    /// of a worker started since on the same replica. Records from before it read as 0.
+    #[serde(default)]
+    pub run: u64,
+}
+
+impl Lease {
+    /// Whether `self` is the same grant as `other`: the same replica's, for the same worker.
+    pub fn is_grant(&self, other: &Lease) -> bool {
+        self.holder == other.holder && self.run == other.run
+    }
 }
 
 /// What the store keeps for one task.
@@ -137,6 +149,12 @@ impl TaskRecord {
         if status != Status::InputRequired {
             self.asked.clear();
         }
+    }
+
+    /// Whether the task is working under the lease `grant` (the same worker's), no other since.
+    pub fn works_under(&self, grant: &Lease) -> bool {
+        self.status == Status::Working
+            && self.lease.as_ref().is_some_and(|held| held.is_grant(grant))
     }
 
     /// Whether the task is working under a lease that lapsed before `now_ms`, by more than the

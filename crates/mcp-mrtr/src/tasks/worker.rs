@@ -11,6 +11,7 @@ use tokio::sync::{OwnedSemaphorePermit, oneshot};
 use tokio::task::AbortHandle;
 use tokio_util::task::AbortOnDropHandle;
 
+use super::record::Lease;
 use super::{Change, MAX_TASK_BYTES, Status, TaskRecord, Tasks, encode, millis, now_ms};
 use crate::mrtr::engine::protocol_error;
 use crate::mrtr::rounds::{RefusedAnswer, RoundState, Rounds};
@@ -20,7 +21,7 @@ use crate::protocol::content::CallToolResult;
 use crate::protocol::{Method, ProtocolError};
 
 /// How long to wait before trying again to record a task's ending.
-const ENDING_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+pub(super) const ENDING_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// How a run of the task's tool ended.
 enum Ending {
@@ -79,18 +80,23 @@ impl Tasks {
     }
 
     async fn work(&self, id: &str, record: TaskRecord) {
+        // The lease this worker was started under: started since, another worker holds another.
+        let Some(grant) = record.lease.clone() else {
+            tracing::error!(task = %id, "a task was started without a lease; it does not run");
+            return;
+        };
         // The lease is renewed by a task of its own, so that a tool that holds up its thread
         // for a while does not hold up the renewal too, while another worker thread drives the
         // runtime's timers and I/O (tokio does not promise one does: work that never yields
         // belongs in `spawn_blocking` or `block_in_place`). It says when the task is no longer
-        // this replica's to run, and stops when the worker ends, however it ends.
+        // this worker's to run, and stops when the worker ends, however it ends.
         let (started, has_started) = oneshot::channel::<()>();
         let (lost, mut no_longer_ours) = oneshot::channel::<()>();
         let renewer = {
-            let (tasks, id) = (self.clone(), id.to_owned());
+            let (tasks, id, grant) = (self.clone(), id.to_owned(), grant.clone());
             tokio::spawn(async move {
                 let _ = started.send(());
-                tasks.keep_lease(&id).await;
+                tasks.keep_lease(&id, &grant).await;
                 let _ = lost.send(());
             })
         };
@@ -110,7 +116,7 @@ impl Tasks {
         // A task cancelled while it waited does not start, though the notice of its cancel was
         // lost; a store out of reach now does not stop it (its ending's write decides).
         match self.read(id).await {
-            Ok(Some(task)) if self.holds(&task) => {}
+            Ok(Some(task)) if task.works_under(&grant) => {}
             Ok(_) => return,
             Err(_) => {}
         }
@@ -119,12 +125,9 @@ impl Tasks {
             lost = &mut no_longer_ours => return renewal_ended(id, lost),
         };
         drop(renewer);
-        let replica = self.shared.replica.clone();
         let now = now_ms();
         let mut settle = |task: &mut TaskRecord| {
-            let ours = task.status == Status::Working
-                && task.lease.as_ref().is_some_and(|l| l.holder == replica);
-            if !ours {
+            if !task.works_under(&grant) {
                 return Change::Keep(None);
             }
             match &ending {
@@ -159,12 +162,15 @@ impl Tasks {
         };
         // The store may fail for a moment: try again for a lease, rather than lose work that
         // may have taken long (a write past the lease is harmless: it lands only while the
-        // record still says the task is this replica's).
+        // record still says the task is this worker's, so a first write that landed with its
+        // reply lost is not undone once a worker started since holds the task).
         let deadline = tokio::time::Instant::now() + self.shared.settings.lease;
+        let mut failed_once = false;
         let written = loop {
             match self.modify(id, &mut settle).await {
                 Ok(written) => break written,
                 Err(e) if tokio::time::Instant::now() < deadline => {
+                    failed_once = true;
                     tracing::warn!(task = %id, "could not record the task's ending yet: {}", e.message);
                     tokio::time::sleep(ENDING_RETRY).await;
                 }
@@ -179,6 +185,10 @@ impl Tasks {
             (self.shared.announce)(id);
         } else {
             tracing::debug!(task = %id, "task ended elsewhere; its run's ending dropped");
+            if failed_once {
+                // A write that failed may have landed all the same: followers read again.
+                (self.shared.announce)(id);
+            }
         }
     }
 
@@ -286,18 +296,16 @@ impl Tasks {
         }
     }
 
-    /// Renews this replica's lease on task `id` a third of a lease apart; returns when the task
-    /// is no longer this replica's to run (cancelled, ended elsewhere, or gone).
-    async fn keep_lease(&self, id: &str) {
+    /// Renews the worker's lease `grant` on task `id` a third of a lease apart; returns when the
+    /// task is no longer the worker's to run (cancelled, ended elsewhere, or gone).
+    async fn keep_lease(&self, id: &str, grant: &Lease) {
         let lease = self.shared.settings.lease;
-        let replica = self.shared.replica.clone();
         loop {
             tokio::time::sleep(lease / 3).await;
             let now = now_ms();
             let renewed = self
                 .modify(id, |task| {
-                    let ours = task.status == Status::Working
-                        && task.lease.as_ref().is_some_and(|l| l.holder == replica);
+                    let ours = task.works_under(grant);
                     match (&mut task.lease, ours) {
                         (Some(held), true) => {
                             held.until_ms = now + millis(lease);
@@ -329,7 +337,7 @@ fn outgrown() -> ProtocolError {
     ))
 }
 
-/// The worker stops as its lease renewal ended: the task is no longer this replica's to run, or,
+/// The worker stops as its lease renewal ended: the task is no longer this worker's to run, or,
 /// should the renewal have panicked (its sender dropped), it is left to its lease, and reported
 /// `failed` once that lapses, as a lost worker's task is.
 fn renewal_ended(id: &str, lost: Result<(), oneshot::error::RecvError>) {

@@ -1,8 +1,9 @@
 //! Legacy clients' answers on their way between replicas (feature `legacy`). A legacy client may
 //! POST its answer to any replica; one with no call waiting for it publishes it to every replica
-//! sharing Redis, and the replica whose call waits takes it. Its `notifications/cancelled` for a
-//! call that does not run where it lands travels the same way, to the replica that runs it, and so
-//! does a session's end (DELETE), to every replica running a call of the session.
+//! sharing Redis, and the replica whose call waits takes it. Its `notifications/cancelled` travels
+//! the same way, to every replica running a call under the id it names (one, unless the client
+//! reused the id), and so does a session's end (DELETE), to every replica running a call of the
+//! session.
 //!
 //! An answer is relayed only while its question's wait may still be on, and each question's
 //! answer at most once: this replica remembers the ids of the answers it took or relayed, and a

@@ -1,6 +1,6 @@
 //! Named claims held by guards: a newer claim under a name replaces the one before it, and a
 //! guard, when dropped, lets go of its own claim only, never of a newer one under its name. What
-//! the legacy wire keeps per session of what runs here (its latest GET stream, its calls).
+//! the legacy wire keeps per session of what runs here: its latest GET stream.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -50,17 +50,6 @@ impl<K: Hash + Eq + Clone, T> Claims<K, T> {
         self.lock().by_name.remove(name).map(|(_, value)| value)
     }
 
-    /// Runs `act` on what the claim in force under `name` holds, if there is one; whether there
-    /// was.
-    pub(super) fn with(&self, name: &K, act: impl FnOnce(&T)) -> bool {
-        let claims = self.lock();
-        let held = claims.by_name.get(name);
-        if let Some((_, value)) = held {
-            act(value);
-        }
-        held.is_some()
-    }
-
     fn lock(&self) -> MutexGuard<'_, Inner<K, T>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -104,9 +93,8 @@ mod tests {
         assert_eq!(replaced, Some(1));
         let (other, _) = claims.claim("s2", 3);
         drop(older);
-        let mut seen = None;
-        claims.with(&"s1", |value| seen = Some(*value));
-        assert_eq!(seen, Some(2), "the newer claim stays in force");
+        assert_eq!(claims.in_force(), 2, "the newer claim stays in force");
+        assert_eq!(claims.release(&"s1"), Some(2));
         drop((newer, other));
         assert_eq!(claims.in_force(), 0);
     }

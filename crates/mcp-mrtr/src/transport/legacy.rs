@@ -298,11 +298,11 @@ pub(super) async fn post(
                 && let Some(request_id) = params.get("requestId")
             {
                 // A call running here stops; one on another replica hears of it through the
-                // relay, when there is one.
+                // relay, when there is one, even when a call runs here too (a client that reused
+                // the id may have had the other call served elsewhere).
                 let legacy = &endpoint.legacy;
-                if !legacy.calls.cancel(&session_id, request_id)
-                    && let Some(relay) = &legacy.answers_elsewhere
-                {
+                legacy.calls.cancel(&session_id, request_id);
+                if let Some(relay) = &legacy.answers_elsewhere {
                     relay.cancel(&session_id, request_id);
                 }
             }

@@ -1,10 +1,10 @@
 //! The streamed calls of 2025-11-25 sessions running on this replica, so that a client's
 //! `notifications/cancelled` stops the one it names: the handler is dropped and its stream ends
-//! without a response, as the spec asks of the receiver of a cancellation. A session's end
-//! (DELETE) stops all of its calls, those whose names a later call took over (a client reusing
-//! an id) and those starting as it ends or just after (their requests read the session before it
-//! ended) included. A cancellation or an end POSTed to another replica reaches this one through
-//! the answer relay.
+//! without a response, as the spec asks of the receiver of a cancellation. A client that reuses
+//! an id while its first call runs (the spec says it must not) has both stopped by a
+//! cancellation naming it. A session's end (DELETE) stops all of its calls, those starting as it
+//! ends or just after (their requests read the session before it ended) included. A
+//! cancellation or an end POSTed to another replica reaches this one through the answer relay.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -13,11 +13,7 @@ use hashlink::LinkedHashSet;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::claims::{Claim, Claims};
 use crate::protocol::RequestId;
-
-/// A call's name: its session, and its JSON-RPC id as written (so `1` and `"1"` differ).
-type CallName = (String, String);
 
 /// How many of the sessions that ended last are remembered: a request reads its session, then
 /// starts its call, with no wait between but for its turn on the CPU, so a session's end is
@@ -27,17 +23,18 @@ const REMEMBERED_ENDS: usize = 1024;
 /// The cancellable calls running here; clones share them.
 #[derive(Default, Clone)]
 pub(super) struct RunningCalls {
-    calls: Arc<Claims<CallName, CancellationToken>>,
     sessions: Arc<Mutex<Sessions>>,
 }
 
 /// The sessions with calls running here, and those that ended last.
 #[derive(Default)]
 struct Sessions {
-    /// Per session with calls running here: what ends them all, and how many there are.
+    /// Per session with calls running here: what ends them all, and the calls.
     running: HashMap<String, SessionCalls>,
     /// The last [`REMEMBERED_ENDS`] sessions ended, oldest first.
     ended: LinkedHashSet<String>,
+    /// Numbers the calls, so that each finds its own entry under a reused id.
+    started: u64,
 }
 
 impl Sessions {
@@ -52,42 +49,43 @@ impl Sessions {
 /// The calls of one session running here: each one's token is a child of `ended`.
 struct SessionCalls {
     ended: CancellationToken,
-    running: usize,
+    /// Per JSON-RPC id as written (so `1` and `"1"` differ), its calls by number: one, unless
+    /// the client reused the id.
+    by_id: HashMap<String, Vec<(u64, CancellationToken)>>,
 }
 
 impl RunningCalls {
-    /// Registers call `id` of `session_id` until the returned guard is dropped. A second call
-    /// with the same id (a client's mistake) takes the name over: a cancellation reaches it (the
-    /// session's end reaches both). A call of a session that ended lately (one of the last
-    /// [`REMEMBERED_ENDS`]) is cancelled at once.
+    /// Registers call `id` of `session_id` until the returned guard is dropped. A call of a
+    /// session that ended lately (one of the last [`REMEMBERED_ENDS`]) is cancelled at once.
     pub(super) fn start(&self, session_id: &str, id: &RequestId) -> RunningCall {
-        let token = {
-            let mut sessions = self.sessions();
-            let has_ended = sessions.ended.contains(session_id);
-            let calls = sessions
-                .running
-                .entry(session_id.to_owned())
-                .or_insert_with(|| SessionCalls {
-                    ended: CancellationToken::new(),
-                    running: 0,
-                });
-            calls.running += 1;
-            if has_ended {
-                calls.ended.cancel();
-            }
-            // Cancelled at once if the session ended while others of its calls still run, or
-            // lately.
-            calls.ended.child_token()
-        };
-        let name = (session_id.to_owned(), id.as_value().to_string());
-        let (claim, _) = self.calls.claim(name, token.clone());
+        let id = id.as_value().to_string();
+        let mut sessions = self.sessions();
+        sessions.started += 1;
+        let number = sessions.started;
+        let has_ended = sessions.ended.contains(session_id);
+        let calls = sessions
+            .running
+            .entry(session_id.to_owned())
+            .or_insert_with(|| SessionCalls {
+                ended: CancellationToken::new(),
+                by_id: HashMap::new(),
+            });
+        if has_ended {
+            calls.ended.cancel();
+        }
+        // Cancelled at once if the session ended while others of its calls still run, or lately.
+        let token = calls.ended.child_token();
+        calls
+            .by_id
+            .entry(id.clone())
+            .or_default()
+            .push((number, token.clone()));
         RunningCall {
-            _claim: claim,
+            sessions: self.sessions.clone(),
+            session_id: session_id.to_owned(),
+            id,
+            number,
             token,
-            _counted: Counted {
-                sessions: self.sessions.clone(),
-                session_id: session_id.to_owned(),
-            },
         }
     }
 
@@ -95,11 +93,16 @@ impl RunningCalls {
         lock(&self.sessions)
     }
 
-    /// Cancels the call of `session_id` whose id is `request_id`; `false` if it does not run
-    /// here.
-    pub(super) fn cancel(&self, session_id: &str, request_id: &Value) -> bool {
-        let name = (session_id.to_owned(), request_id.to_string());
-        self.calls.with(&name, CancellationToken::cancel)
+    /// Cancels the calls of `session_id` whose id is `request_id` running here, if any.
+    pub(super) fn cancel(&self, session_id: &str, request_id: &Value) {
+        let sessions = self.sessions();
+        let named = sessions
+            .running
+            .get(session_id)
+            .and_then(|calls| calls.by_id.get(&request_id.to_string()));
+        for (_, token) in named.into_iter().flatten() {
+            token.cancel();
+        }
     }
 
     /// Cancels every call of `session_id` running here (the session ended), and any that
@@ -117,27 +120,30 @@ fn lock(sessions: &Mutex<Sessions>) -> MutexGuard<'_, Sessions> {
     sessions.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A running call's registration, removed when it is dropped.
+/// A running call's registration, removed when it is dropped; the session is forgotten with
+/// its last call.
 pub(super) struct RunningCall {
-    _claim: Claim<CallName, CancellationToken>,
-    token: CancellationToken,
-    _counted: Counted,
-}
-
-/// A call counted among its session's; the session is forgotten with its last call.
-struct Counted {
     sessions: Arc<Mutex<Sessions>>,
     session_id: String,
+    id: String,
+    number: u64,
+    token: CancellationToken,
 }
 
-impl Drop for Counted {
+impl Drop for RunningCall {
     fn drop(&mut self) {
         let mut sessions = lock(&self.sessions);
-        if let Some(calls) = sessions.running.get_mut(&self.session_id) {
-            calls.running -= 1;
-            if calls.running == 0 {
-                sessions.running.remove(&self.session_id);
+        let Some(calls) = sessions.running.get_mut(&self.session_id) else {
+            return;
+        };
+        if let Some(named) = calls.by_id.get_mut(&self.id) {
+            named.retain(|(number, _)| *number != self.number);
+            if named.is_empty() {
+                calls.by_id.remove(&self.id);
             }
+        }
+        if calls.by_id.is_empty() {
+            sessions.running.remove(&self.session_id);
         }
     }
 }
@@ -160,13 +166,39 @@ mod tests {
         let first = calls.start("s1", &id(Value::from(1)));
         let same_id_as_text = calls.start("s1", &id(Value::from("1")));
         let other_session = calls.start("s2", &id(Value::from(1)));
-        assert!(calls.cancel("s1", &Value::from(1)));
-        assert!(!calls.cancel("s3", &Value::from(1)), "no such call here");
+        calls.cancel("s1", &Value::from(1));
+        calls.cancel("s3", &Value::from(1));
         assert!(first.token.is_cancelled());
         assert!(!same_id_as_text.token.is_cancelled());
         assert!(!other_session.token.is_cancelled());
         drop((first, same_id_as_text, other_session));
-        assert_eq!(calls.calls.in_force(), 0, "finished calls are let go");
+        assert!(
+            calls.sessions().running.is_empty(),
+            "finished calls are let go"
+        );
+    }
+
+    #[test]
+    fn a_cancellation_reaches_every_call_under_a_reused_id() {
+        let calls = RunningCalls::default();
+        let id = RequestId::from_value(Value::from(7)).expect("an id");
+        let first = calls.start("s1", &id);
+        let (second, third) = (calls.start("s1", &id), calls.start("s1", &id));
+        // The one started last finishing first leaves the others under the name.
+        drop(third);
+        calls.cancel("s1", &Value::from(7));
+        assert!(first.token.is_cancelled() && second.token.is_cancelled());
+        drop(first);
+        let again = calls.start("s1", &id);
+        drop(second);
+        assert!(
+            !again.token.is_cancelled(),
+            "started after the cancellation"
+        );
+        calls.cancel("s1", &Value::from(7));
+        assert!(again.token.is_cancelled());
+        drop(again);
+        assert!(calls.sessions().running.is_empty(), "none runs any more");
     }
 
     #[test]
@@ -176,8 +208,7 @@ mod tests {
         let ending = [
             calls.start("s1", &id(Value::from(1))),
             calls.start("s1", &id(Value::from("two"))),
-            // The same id again: it takes the name over, and the session's end still reaches
-            // the call before it.
+            // The same id again: the session's end reaches both.
             calls.start("s1", &id(Value::from(1))),
         ];
         let other_session = calls.start("s2", &id(Value::from(1)));
@@ -191,7 +222,6 @@ mod tests {
             calls.sessions().running.is_empty(),
             "sessions go with their calls"
         );
-        assert_eq!(calls.calls.in_force(), 0);
         let after = calls.start("s1", &id(Value::from(4)));
         assert!(
             after.token.is_cancelled(),

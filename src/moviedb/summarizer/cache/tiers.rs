@@ -46,6 +46,18 @@ impl moka::Expiry<String, Entry> for UntilItsExpiry {
     fn expire_after_create(&self, _: &String, entry: &Entry, _: Instant) -> Option<Duration> {
         Some(entry.remaining())
     }
+
+    /// A replaced entry's expiry is the new entry's (moka would keep the old one's): a fallback
+    /// written over an hour-long summary lasts its own minute.
+    fn expire_after_update(
+        &self,
+        _: &String,
+        entry: &Entry,
+        _: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(entry.remaining())
+    }
 }
 
 /// The local cache and, with Redis, the shared one; cheap to clone into a flight.
@@ -156,5 +168,50 @@ impl RedisSummaries {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::moviedb::model::Review;
+
+    #[tokio::test]
+    async fn an_entry_written_over_another_lasts_its_own_lifetime() {
+        let tiers = Tiers {
+            local: local_cache(),
+            shared: None,
+        };
+        let key = SummaryKey::new(1, "m", &[] as &[Review]);
+        let text = |summary: &str| SummaryText {
+            summary: Some(summary.into()),
+            themes: Vec::new(),
+        };
+        let written = |summary: &'static str| {
+            let tiers = &tiers;
+            let key = &key;
+            async move {
+                let entry = tiers.lookup(key).await;
+                entry.and_then(|entry| entry.text.summary) == Some(summary.to_owned())
+            }
+        };
+        tiers
+            .store(
+                &key,
+                text("good"),
+                Keep::Everywhere(Duration::from_secs(3600)),
+            )
+            .await;
+        assert!(written("good").await);
+        let fallback = Duration::from_millis(500);
+        tiers
+            .store(&key, text("fallback"), Keep::HereOnly(fallback))
+            .await;
+        assert!(written("fallback").await);
+        tokio::time::sleep(fallback * 3).await;
+        assert!(
+            tiers.lookup(&key).await.is_none(),
+            "the fallback expired with its own lifetime, not the hour of the entry it replaced"
+        );
     }
 }
