@@ -95,15 +95,16 @@ pub struct ServeArgs {
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..=1 << 30))]
     pub max_body_bytes: usize,
 
-    /// Most requests read and handled at once; more wait a second, then get HTTP 503 with
-    /// Retry-After (at most a million). Also how many 2025-11-25 calls run on after their
-    /// clients closed their streams, a quarter of those per caller.
+    /// Most requests handled at once, counted from when their body is in; more wait a second,
+    /// then get HTTP 503 with Retry-After (at most a million). Also how many 2025-11-25 calls
+    /// run on after their clients closed their streams, a quarter of those per caller.
     #[arg(long, env = "MOVIEDB_MAX_CONCURRENT_REQUESTS", default_value_t = 512,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub max_concurrent_requests: usize,
 
-    /// Most request body bytes held at once across all requests being read and parsed; a request
-    /// that does not fit waits a second, then gets HTTP 503 (1 KiB to 64 GiB).
+    /// Most request body bytes held at once across all requests being read and parsed, claimed
+    /// as they arrive; a request whose next bytes do not fit waits a second, then gets HTTP 503
+    /// (1 KiB to 64 GiB).
     #[arg(long, env = "MOVIEDB_MAX_BUFFERED_BODY_BYTES", default_value_t = 64 * 1024 * 1024,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..=1 << 36))]
     pub max_buffered_body_bytes: usize,
@@ -165,20 +166,22 @@ pub struct ServeArgs {
     pub auth_issuer: Option<String>,
 
     /// Resource-server sign-in: this server's canonical URL (such as
-    /// `https://movies.example.com/mcp`), the audience access tokens must name.
-    #[arg(long, env = "MOVIEDB_RESOURCE_URL")]
+    /// `https://movies.example.com/mcp`), the audience access tokens must name. Like the other
+    /// resource-server settings, refused without --auth-issuer (which would leave the development
+    /// sign-in on, and anonymous callers in).
+    #[arg(long, env = "MOVIEDB_RESOURCE_URL", requires = "auth_issuer")]
     pub resource_url: Option<String>,
 
     /// Resource-server sign-in: seconds of clock difference allowed on a token's `exp` and `nbf`
     /// (at most 300: more would take tokens long expired).
-    #[arg(long, env = "MOVIEDB_AUTH_LEEWAY_SECS", default_value_t = 30,
+    #[arg(long, env = "MOVIEDB_AUTH_LEEWAY_SECS", requires = "auth_issuer", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(0..=300))]
     pub auth_leeway_secs: u64,
 
     /// Resource-server sign-in: the least seconds between two fetches of the authorization
     /// server's keys, which a token signed with an unknown key id, or keys past their most age,
     /// trigger (at most an hour, so that rotated keys are found).
-    #[arg(long, env = "MOVIEDB_AUTH_KEY_REFRESH_SECS", default_value_t = 30,
+    #[arg(long, env = "MOVIEDB_AUTH_KEY_REFRESH_SECS", requires = "auth_issuer", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub auth_key_refresh_secs: u64,
 
@@ -187,7 +190,7 @@ pub struct ServeArgs {
     /// waits for it), so that a key the authorization server withdrew stops signing anyone in.
     /// Keys that cannot be fetched stay as they are, tried again every
     /// --auth-key-refresh-secs, which is also the least age in effect (1 to 86,400).
-    #[arg(long, env = "MOVIEDB_AUTH_KEYS_MAX_AGE_SECS", default_value_t = 3600,
+    #[arg(long, env = "MOVIEDB_AUTH_KEYS_MAX_AGE_SECS", requires = "auth_issuer", default_value_t = 3600,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub auth_keys_max_age_secs: u64,
 
@@ -284,4 +287,17 @@ impl ServeArgs {
     pub fn state_ttl(&self) -> Duration {
         Duration::from_secs(self.state_ttl_secs)
     }
+}
+
+/// Whether `url` names this machine (`localhost`, or a loopback address): the only hosts a
+/// secret may be sent to over plain `http`.
+pub fn names_loopback(url: &reqwest::Url) -> bool {
+    url.host_str().is_some_and(|host| {
+        host.eq_ignore_ascii_case("localhost")
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    })
 }

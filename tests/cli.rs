@@ -156,6 +156,50 @@ fn an_authorization_server_in_the_clear_is_refused() {
     );
 }
 
+/// Resource-server settings without `--auth-issuer` would leave the development sign-in on (and
+/// anonymous callers in) while the operator believes the server signs in with OAuth: refused.
+#[test]
+fn resource_server_settings_without_an_issuer_are_refused() {
+    let settings = [
+        "--resource-url=https://movies.example.com/mcp",
+        "--auth-leeway-secs=10",
+        "--auth-key-refresh-secs=10",
+        "--auth-keys-max-age-secs=10",
+    ];
+    for (run, setting) in settings.into_iter().enumerate() {
+        let data_dir = std::env::temp_dir().join(format!(
+            "moviedb-cli-no-issuer-{}-{run}",
+            std::process::id()
+        ));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_moviedb-mcp"))
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args([setting, "--bind", "127.0.0.1:0"])
+            .env_remove("DATABASE_URL")
+            .env_remove("REDIS_URL")
+            .env_remove("MOVIEDB_AUTH_ISSUER")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run moviedb-mcp");
+        // A server that starts would run on: it is given ten seconds to refuse.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while child.try_wait().expect("wait for moviedb-mcp").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = std::fs::remove_dir_all(&data_dir);
+                panic!("{setting}: the server started without --auth-issuer");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let output = child.wait_with_output().expect("moviedb-mcp's output");
+        let _ = std::fs::remove_dir_all(&data_dir);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{setting}: refused");
+        assert!(stderr.contains("--auth-issuer"), "{setting}: {stderr}");
+    }
+}
+
 #[test]
 fn a_resource_url_in_the_clear_or_with_a_query_is_refused() {
     for (resource, why) in [

@@ -272,6 +272,17 @@ async fn with_timeouts(header_read_secs: u32, idle_secs: u32) -> MovieServer {
     MovieServer::start_with(Backend::Sqlite, launch).await
 }
 
+/// What arrives on `stream` up to the end of a response's head (or until `read_more` gives up).
+async fn response_head(stream: &mut TcpStream) -> Vec<u8> {
+    let mut received = Vec::new();
+    while !received.windows(4).any(|w| w == b"\r\n\r\n") {
+        if !read_more(stream, &mut received).await {
+            break;
+        }
+    }
+    received
+}
+
 /// Reads what `stream` sends next onto `received`; false when it closed or sent nothing for 5 s.
 async fn read_more(stream: &mut TcpStream, received: &mut Vec<u8>) -> bool {
     let mut chunk = [0u8; 4096];
@@ -801,6 +812,110 @@ async fn idle_sockets_beyond_the_fd_limit_cannot_lock_others_out() {
     );
 }
 
+/// Bodies that never come hold no turn and none of the budget of body bytes beyond what they
+/// sent: with four turns and room for four bodies of the size limit, eight requests declaring
+/// such bodies (by length, or chunked) and sending a few bytes of them leave the server serving
+/// others, and each is answered 408 at the body-read timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_that_never_come_hold_neither_turns_nor_the_budget_of_body_bytes() {
+    let launch = Launch::with_args([
+        "--max-concurrent-requests",
+        "4",
+        "--max-buffered-body-bytes",
+        "4194304",
+        "--body-read-timeout-secs",
+        "2",
+    ]);
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let addr = address_of(server.url());
+    let mut stalled = Vec::new();
+    for n in 0..8 {
+        let (framing, start) = if n % 2 == 0 {
+            ("content-length: 1048576", "{\"jsonrpc\"")
+        } else {
+            ("transfer-encoding: chunked", "a\r\n{\"jsonrpc\"\r\n")
+        };
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+             accept: application/json, text/event-stream\r\nmcp-protocol-version: {MODERN}\r\n\
+             {framing}\r\n\r\n{start}"
+        );
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream
+            .write_all(head.as_bytes())
+            .await
+            .expect("send the headers and the start of a body");
+        stalled.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        lists_tools(&server).await,
+        "another caller is served while eight bodies stall"
+    );
+    for mut stream in stalled {
+        let received = response_head(&mut stream).await;
+        let answer = String::from_utf8_lossy(&received);
+        assert!(
+            answer.starts_with("HTTP/1.1 408"),
+            "a body that never came is answered 408: {answer:?}"
+        );
+    }
+}
+
+/// Bodies that fill the budget of body bytes between them, each waiting for more of it, do not
+/// all fail: one at a time finishes reading past the budget (at most one body more), and the
+/// others go on once it gives its bytes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_that_fill_the_budget_between_them_are_all_served() {
+    // A budget of one body of the size limit (1 MiB), the least it may be.
+    let launch = Launch::with_args(["--max-buffered-body-bytes", "1048576"]);
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let addr = address_of(server.url());
+    let mut body: Value = serde_json::from_str(&tools_list_body()).expect("a JSON body");
+    body["params"]["padding"] = json!("x".repeat(900 * 1024));
+    let body = body.to_string();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {MODERN}\r\n\
+         Mcp-Method: tools/list\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let (first, rest) = body.split_at(400 * 1024);
+    // Three bodies, 400 KiB of each sent, then the rest: more than the budget together, and
+    // each waits for more of it. Each sent on its own (a stream whose body waits is not read
+    // meanwhile, and its socket may not take all that is sent).
+    let sending: Vec<_> = (0..3)
+        .map(|_| {
+            let (start, rest) = (format!("{head}{first}"), rest.to_owned());
+            tokio::spawn(async move {
+                let mut stream = TcpStream::connect(addr).await.expect("connect");
+                stream
+                    .write_all(start.as_bytes())
+                    .await
+                    .expect("send the headers and the start of the body");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                stream
+                    .write_all(rest.as_bytes())
+                    .await
+                    .expect("send the rest of the body");
+                stream
+            })
+        })
+        .collect();
+    let mut streams = Vec::new();
+    for sent in sending {
+        streams.push(sent.await.expect("the rest is sent"));
+    }
+    for (n, mut stream) in streams.into_iter().enumerate() {
+        let received = response_head(&mut stream).await;
+        let answer = String::from_utf8_lossy(&received);
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "body {n} is served: {answer:?}"
+        );
+    }
+}
+
 /// A caller whose token is refused gets its 401 without waiting for its body, and holds none of
 /// the server's turns meanwhile: with a single turn, another caller is served while the refused
 /// one trickles its body in.
@@ -828,12 +943,7 @@ async fn a_bad_token_is_refused_before_the_body_arrives() {
     );
     // Waiting for the body would end in 408 after 30 s; `read_more` gives up after 5 s of
     // silence.
-    let mut received = Vec::new();
-    while !received.windows(4).any(|w| w == b"\r\n\r\n") {
-        if !read_more(&mut stream, &mut received).await {
-            break;
-        }
-    }
+    let received = response_head(&mut stream).await;
     let answer = String::from_utf8_lossy(&received).to_ascii_lowercase();
     assert!(
         answer.starts_with("http/1.1 401"),
@@ -861,12 +971,7 @@ async fn a_refused_client_waiting_to_send_its_body_is_not_asked_for_it() {
         .write_all(head.as_bytes())
         .await
         .expect("send the headers");
-    let mut received = Vec::new();
-    while !received.windows(4).any(|w| w == b"\r\n\r\n") {
-        if !read_more(&mut stream, &mut received).await {
-            break;
-        }
-    }
+    let received = response_head(&mut stream).await;
     let answer = String::from_utf8_lossy(&received);
     assert!(
         answer.starts_with("HTTP/1.1 401"),

@@ -88,7 +88,7 @@ async fn a_well_formed_answer_becomes_the_summary_and_is_then_served_from_the_ca
         "the prompt states the scale: {prompt}"
     );
     for review in &reviews {
-        let line = format!("Score {}/10: {}", review.score, review.comment);
+        let line = format!("Score {}/10: {}", review.score, json!(review.comment));
         assert!(
             prompt.contains(&line),
             "the prompt lists {line:?}: {prompt}"
@@ -250,6 +250,20 @@ async fn a_refusal_gets_the_server_side_summary() {
     assert_eq!(got, server_side(MOVIE, &server.reviews(MOVIE).await));
     assert_eq!(provider.call_count(), 1);
     server.assert_one_fallback_line("refused");
+}
+
+#[tokio::test]
+async fn an_answer_cut_short_at_the_token_budget_gets_the_server_side_summary() {
+    let provider = FakeProvider::start(Answer::CutShort(
+        "SUMMARY: Reviewers adore its heart and".into(),
+    ))
+    .await;
+    let server = Server::start(&provider_flags(&provider.base_url())).await;
+
+    let got = server.summarize(MOVIE).await;
+    assert_eq!(got, server_side(MOVIE, &server.reviews(MOVIE).await));
+    assert_eq!(provider.call_count(), 1);
+    server.assert_one_fallback_line("cut short at the token budget");
 }
 
 #[tokio::test]
@@ -485,6 +499,58 @@ async fn a_busy_fallback_is_not_served_by_another_replica() {
 }
 
 #[tokio::test]
+async fn a_failed_call_serves_the_summary_another_replica_got_meanwhile_and_leaves_it_in_redis() {
+    let provider = FakeProvider::start(Answer::HeldError(500, "the model crashed".into())).await;
+    let data = Arc::new(DataDir::create());
+    let mut flags = provider_flags(&provider.base_url());
+    flags.extend([
+        "--redis-url".into(),
+        redis_url(),
+        "--redis-prefix".into(),
+        format!("moviedb-summarizer-test-{}:", random_hex(8)),
+    ]);
+    let failing = Server::start_in(data.clone(), &flags).await;
+    let lucky = Server::start_in(data.clone(), &flags).await;
+
+    // One replica's call is under way (it will fail) when the other's succeeds.
+    let mut held = failing.open_summary_stream(MOVIE, "failing").await;
+    read_until_progress(&mut held, 0.4).await;
+    assert!(
+        provider.wait_until(PATIENCE, |p| p.call_count() == 1).await,
+        "the failing replica asked the provider"
+    );
+    provider.answer_with(Answer::Text(WELL_FORMED.into()));
+    let provider_words = json!("Reviewers adore its heart and its lead performances.");
+    assert_eq!(lucky.summarize(MOVIE).await["summary"], provider_words);
+    provider.release();
+
+    assert_eq!(
+        read_result(&mut held).await["summary"],
+        provider_words,
+        "the failed call answers with the provider's words found in Redis, not a fallback"
+    );
+    failing.assert_one_fallback_line("HTTP 500");
+    assert!(
+        failing
+            .log()
+            .contains("another replica's summary landed in Redis meanwhile"),
+        "{}",
+        failing.log()
+    );
+    let latecomer = Server::start_in(data, &flags).await;
+    assert_eq!(
+        latecomer.summarize(MOVIE).await["summary"],
+        provider_words,
+        "the fallback did not replace them in Redis"
+    );
+    assert_eq!(
+        provider.call_count(),
+        2,
+        "the latecomer found them in Redis"
+    );
+}
+
+#[tokio::test]
 async fn a_new_review_changes_the_next_summary_without_waiting_for_the_cache() {
     let provider = FakeProvider::start(Answer::Text(WELL_FORMED.into())).await;
     let server = Server::start(&provider_flags(&provider.base_url())).await;
@@ -527,7 +593,7 @@ async fn a_new_review_changes_the_next_summary_without_waiting_for_the_cache() {
     );
     let prompt = provider.calls()[1].message("user");
     assert!(
-        prompt.contains("Score 1/10: The ending ruined everything for me."),
+        prompt.contains("Score 1/10: \"The ending ruined everything for me.\""),
         "the new review is in the prompt: {prompt}"
     );
 }

@@ -433,17 +433,9 @@ async fn discover_jwks_uri(
 fn secure_url(url: &str, what: &str) -> anyhow::Result<reqwest::Url> {
     let parsed = reqwest::Url::parse(url)
         .with_context(|| format!("{what} {url:?} is not an absolute URL"))?;
-    let loopback = parsed.host_str().is_some_and(|host| {
-        host.eq_ignore_ascii_case("localhost")
-            || host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
-    });
     match parsed.scheme() {
         "https" => Ok(parsed),
-        "http" if loopback => Ok(parsed),
+        "http" if crate::config::names_loopback(&parsed) => Ok(parsed),
         _ => anyhow::bail!("{what} {url:?} must be an https URL (http only on a loopback host)"),
     }
 }
@@ -563,5 +555,37 @@ mod tests {
         let claims = serde_json::from_value::<Claims>(fractional).expect("a fractional exp");
         assert_eq!(whole_seconds(claims.exp), 2_000_000_001);
         assert_eq!(whole_seconds(1_000.4), 1_000);
+    }
+
+    #[test]
+    fn a_refusal_says_what_was_wrong_with_the_claims_whichever_key_verified_the_signature() {
+        let secret = |name: &str| format!("{name}-a-secret-long-enough-for-hs256");
+        let sign = |name: &str, exp: i64| {
+            let claims = serde_json::json!({"sub": "ann", "exp": exp});
+            jsonwebtoken::encode(
+                &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+                &claims,
+                &jsonwebtoken::EncodingKey::from_secret(secret(name).as_bytes())
+                    .expect("an HMAC key"),
+            )
+            .expect("a token")
+        };
+        let key =
+            |name: &str| DecodingKey::from_secret(secret(name).as_bytes()).expect("an HMAC key");
+        let validation = Validation::new(jsonwebtoken::Algorithm::HS256);
+        let now = chrono::Utc::now().timestamp();
+        let kind = |token: &str, keys: &[DecodingKey]| match verify(token, keys, &validation) {
+            Ok(claims) => format!("accepted for {}", claims.sub),
+            Err(Some(e)) => format!("{:?}", e.kind()),
+            Err(None) => "no key".to_owned(),
+        };
+
+        let expired = sign("second", now - 3600);
+        for keys in [[key("first"), key("second")], [key("second"), key("first")]] {
+            assert_eq!(kind(&expired, &keys), "ExpiredSignature");
+            assert_eq!(kind(&sign("second", now + 3600), &keys), "accepted for ann");
+            assert_eq!(kind(&sign("third", now + 3600), &keys), "InvalidSignature");
+        }
+        assert_eq!(kind(&expired, &[]), "no key");
     }
 }

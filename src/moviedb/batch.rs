@@ -34,6 +34,32 @@ pub const MOST_PER_CALL: usize = 32;
 /// for the operating system to give the connection up.
 pub const READ_TIME_LIMIT: Duration = Duration::from_secs(45);
 
+/// A read made outside a batch, held to [`READ_TIME_LIMIT`] as the batches' reads are.
+pub async fn read_in_time<T>(
+    name: &'static str,
+    read: impl Future<Output = sqlx::Result<T>>,
+) -> sqlx::Result<T> {
+    read_within(name, READ_TIME_LIMIT, read).await
+}
+
+/// `read`, or an error once it has taken `limit`.
+async fn read_within<T>(
+    name: &'static str,
+    limit: Duration,
+    read: impl Future<Output = sqlx::Result<T>>,
+) -> sqlx::Result<T> {
+    tokio::time::timeout(limit, read).await.unwrap_or_else(|_| {
+        tracing::warn!(
+            read = name,
+            ?limit,
+            "a database read took too long; it fails"
+        );
+        Err(sqlx::Error::Protocol(format!(
+            "the database did not answer the {name} query within {limit:?}"
+        )))
+    })
+}
+
 /// A database failure shared by every request of the call that failed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(transparent)]
@@ -169,19 +195,7 @@ async fn runner<Request: Clone, Answer>(
         let started = std::time::Instant::now();
         let answers = match kind {
             Kind::Reads { time_limit } => {
-                tokio::time::timeout(time_limit, call(name, &run, requests.clone()))
-                    .await
-                    .unwrap_or_else(|_| {
-                        tracing::warn!(
-                            batch = name,
-                            requests = requests.len(),
-                            ?time_limit,
-                            "a database read took too long; its requests fail"
-                        );
-                        Err(sqlx::Error::Protocol(format!(
-                            "the database did not answer the {name} query within {time_limit:?}"
-                        )))
-                    })
+                read_within(name, time_limit, call(name, &run, requests.clone())).await
             }
             Kind::Writes => call(name, &run, requests.clone()).await,
         };
@@ -347,6 +361,22 @@ mod tests {
         });
         let batch = Batch::start_reads("stalling", 1, Duration::from_millis(50), run);
         seven_fails_then_four_is_doubled(&batch, "did not answer").await;
+    }
+
+    #[tokio::test]
+    async fn a_read_that_never_answers_fails_at_its_limit() {
+        let stalled = std::future::pending::<sqlx::Result<u32>>();
+        let error = read_within("stalled", Duration::from_millis(50), stalled)
+            .await
+            .expect_err("a read that never answers fails");
+        assert!(
+            error
+                .to_string()
+                .contains("did not answer the stalled query"),
+            "{error}"
+        );
+        let answered = read_within("quick", Duration::from_secs(5), async { Ok(7) }).await;
+        assert_eq!(answered.ok(), Some(7));
     }
 
     #[tokio::test]

@@ -19,7 +19,7 @@ use anyhow::Context as _;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, Connection as _, Row};
 
-use super::batch::{Batch, DatabaseError};
+use super::batch::{self, Batch, DatabaseError};
 use super::catalogue_batches;
 use super::fresh::{Fresh, Version};
 use super::model::{
@@ -154,10 +154,8 @@ impl Catalogue {
 
     /// Checks that the database answers.
     pub async fn ping(&self) -> sqlx::Result<()> {
-        sqlx::query("SELECT 1")
-            .execute(&self.reader)
-            .await
-            .map(|_| ())
+        let ping = sqlx::query("SELECT 1").execute(&self.reader);
+        batch::read_in_time("ping", ping).await.map(|_| ())
     }
 
     /// The connections that write (and seed).
@@ -182,7 +180,7 @@ impl Catalogue {
             return Ok(movies);
         };
         // LIMIT is model::RECOMMENDATION_LIMIT.
-        let rows = sqlx::query(
+        let unwatched = sqlx::query(
             "SELECT m.id, m.title, m.release_year, m.genre, m.rating FROM movies m \
              JOIN movie_moods mm ON mm.movie_id = m.id WHERE mm.mood = $1 \
              AND NOT EXISTS (SELECT 1 FROM watchlist_items w JOIN users u ON u.id = w.user_id \
@@ -191,8 +189,8 @@ impl Catalogue {
         )
         .bind(mood.as_str())
         .bind(user)
-        .fetch_all(&self.reader)
-        .await?;
+        .fetch_all(&self.reader);
+        let rows = batch::read_in_time("unwatched_recommendations", unwatched).await?;
         let movies = rows
             .iter()
             .map(catalogue_batches::movie_summary)
@@ -275,15 +273,15 @@ impl Catalogue {
 
     /// `user`'s list, newest first.
     pub async fn watchlist(&self, user: &str) -> sqlx::Result<Vec<WatchlistItem>> {
-        let rows = sqlx::query(
+        let list = sqlx::query(
             "SELECT w.id, w.status, w.added_at, w.movie_id, w.tv_show_id, COALESCE(m.title, s.title) AS title \
              FROM watchlist_items w JOIN users u ON u.id = w.user_id \
              LEFT JOIN movies m ON m.id = w.movie_id LEFT JOIN tv_shows s ON s.id = w.tv_show_id \
              WHERE u.name = $1 ORDER BY w.added_at DESC, w.id DESC",
         )
         .bind(user)
-        .fetch_all(&self.reader)
-        .await?;
+        .fetch_all(&self.reader);
+        let rows = batch::read_in_time("watchlist", list).await?;
         rows.iter()
             .map(|row| {
                 let movie: Option<i64> = row.try_get("movie_id")?;
@@ -384,21 +382,109 @@ fn rfc3339(millis: i64) -> String {
         .unwrap_or_default()
 }
 
-/// A database URL without its password, for logs.
+/// A URL without its password, for logs: the user information's, and a `password` or
+/// `sslpassword` in the query (which PostgreSQL URLs may carry instead).
 pub fn redact(url: &str) -> String {
+    // The query's first, so that an `@` in its password is not taken for the user information's.
+    let url = without_query_passwords(url);
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let credentials = &url[scheme + 3..at];
             let user = credentials.split(':').next().unwrap_or_default();
             format!("{}://{user}:***@{}", &url[..scheme], &url[at + 1..])
         }
-        _ => url.to_owned(),
+        _ => url,
     }
+}
+
+/// `text` with its `%XX` escapes decoded, as a URL's reader takes a query's keys.
+fn unescaped(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let hex = |offset: usize| {
+            bytes
+                .get(at + offset)
+                .and_then(|digit| char::from(*digit).to_digit(16))
+        };
+        match (bytes[at], hex(1), hex(2)) {
+            (b'%', Some(high), Some(low)) => {
+                // Two hex digits make at most 255.
+                decoded.push(u8::try_from(high * 16 + low).unwrap_or(u8::MAX));
+                at += 3;
+            }
+            (byte, _, _) => {
+                decoded.push(byte);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
+}
+
+/// `url` with the value of every `password=` or `sslpassword=` that follows a `?` or `&` masked:
+/// wherever the query begins, even after a `?` left unescaped in the user information's password.
+fn without_query_passwords(url: &str) -> String {
+    let mut shown = String::with_capacity(url.len());
+    for (index, piece) in url.split_inclusive(['?', '&']).enumerate() {
+        let (pair, delimiter) = match piece.strip_suffix(['?', '&']) {
+            Some(pair) => (pair, &piece[pair.len()..]),
+            None => (piece, ""),
+        };
+        let secret = pair.split_once('=').map(|(key, _)| key).filter(|key| {
+            let key = unescaped(key);
+            ["password", "sslpassword"]
+                .iter()
+                .any(|secret| key.eq_ignore_ascii_case(secret))
+        });
+        match secret {
+            // The first piece comes before any delimiter: no query parameter.
+            Some(key) if index > 0 => {
+                shown.push_str(key);
+                shown.push_str("=***");
+            }
+            _ => shown.push_str(pair),
+        }
+        shown.push_str(delimiter);
+    }
+    shown
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passwords_are_kept_out_of_logged_urls_wherever_the_url_carries_them() {
+        for (url, shown) in [
+            (
+                "postgres://app:hunter2@db/movies",
+                "postgres://app:***@db/movies",
+            ),
+            (
+                "postgres://db/movies?user=app&password=hunter2&sslmode=require",
+                "postgres://db/movies?user=app&password=***&sslmode=require",
+            ),
+            (
+                "postgres://app@db/movies?PASSWORD=p@ss&sslpassword=hunter2",
+                "postgres://app:***@db/movies?PASSWORD=***&sslpassword=***",
+            ),
+            ("sqlite://movies.db?mode=rwc", "sqlite://movies.db?mode=rwc"),
+            // Unescaped, which no parser takes: logged as the connection fails, hidden all the same.
+            (
+                "postgres://app:pa?ss@db/movies",
+                "postgres://app:***@db/movies",
+            ),
+            // A key written with escapes is the same key to the database's URL reader.
+            (
+                "postgres://db/movies?pass%77ord=hunter2",
+                "postgres://db/movies?pass%77ord=***",
+            ),
+        ] {
+            assert_eq!(redact(url), shown);
+        }
+    }
 
     #[test]
     fn postgres_urls_ask_for_a_statement_cache_unless_they_set_one() {

@@ -69,14 +69,26 @@ fn mean(reviews: &[Review]) -> Option<f64> {
     Some(reviews.iter().map(|r| r.score as f64).sum::<f64>() / reviews.len() as f64)
 }
 
-/// Mean score, rounded to two decimals.
+/// Mean score, rounded half up to two decimals.
 pub fn average_score(reviews: &[Review]) -> Option<f64> {
-    mean(reviews).map(|mean| (mean * 100.0).round() / 100.0)
+    mean_in(reviews, 100)
+}
+
+/// The mean score in units of `1 / per_unit`, rounded half up from the exact fraction (as a
+/// float, 1.025 is a hair below itself and would round down), back as a number of units.
+fn mean_in(reviews: &[Review], per_unit: i128) -> Option<f64> {
+    let count = i128::try_from(reviews.len())
+        .ok()
+        .filter(|count| *count > 0)?;
+    let sum: i128 = reviews.iter().map(|review| i128::from(review.score)).sum();
+    let units = (2 * sum * per_unit + count).div_euclid(2 * count);
+    Some(units as f64 / per_unit as f64)
 }
 
 /// The sentence for a mean score: its band is the unrounded mean's (7.004 is above 7), and it
 /// shows one decimal rounded half up (7.25 reads 7.3; a formatter would round it to even).
-fn band_sentence(mean: f64, count: usize) -> String {
+fn band_sentence(reviews: &[Review]) -> Option<String> {
+    let mean = mean(reviews)?;
     let verdict = if mean > 7.0 {
         "Reviewers are largely favourable"
     } else if mean < 5.0 {
@@ -84,8 +96,11 @@ fn band_sentence(mean: f64, count: usize) -> String {
     } else {
         "Reviewers are split"
     };
-    let shown = (mean * 10.0).round() / 10.0;
-    format!("{verdict}, with an average score of {shown:.1}/10 across {count} reviews.")
+    let shown = mean_in(reviews, 10)?;
+    let count = reviews.len();
+    Some(format!(
+        "{verdict}, with an average score of {shown:.1}/10 across {count} reviews."
+    ))
 }
 
 /// Up to five themes, the most often mentioned first (counted once per review).
@@ -151,11 +166,10 @@ pub fn counts(movie_id: i64, reviews: &[Review]) -> ReviewSummary {
 /// The server's words for `reviews`: the sentence of the average's band and the themes; none
 /// below [`MIN_REVIEWS_FOR_SUMMARY`] reviews.
 pub fn words(reviews: &[Review]) -> (Option<String>, Vec<String>) {
-    match mean(reviews) {
-        Some(mean) if reviews.len() >= MIN_REVIEWS_FOR_SUMMARY => {
-            (Some(band_sentence(mean, reviews.len())), themes(reviews))
-        }
-        _ => (None, Vec::new()),
+    if reviews.len() >= MIN_REVIEWS_FOR_SUMMARY {
+        (band_sentence(reviews), themes(reviews))
+    } else {
+        (None, Vec::new())
     }
 }
 
@@ -171,13 +185,42 @@ mod tests {
         }
     }
 
+    /// Reviews with these scores.
+    fn scored(scores: &[i64]) -> Vec<Review> {
+        scores.iter().map(|score| review(*score, "ok")).collect()
+    }
+
     #[test]
     fn the_band_follows_the_average() {
-        assert!(band_sentence(7.5, 3).contains("favourable"));
-        assert!(!band_sentence(7.5, 3).contains("unfavourable"));
-        assert!(band_sentence(4.9, 3).contains("unfavourable"));
-        assert!(band_sentence(7.0, 3).contains("split"));
-        assert!(band_sentence(5.0, 3).contains("split"));
+        let band = |scores: &[i64]| band_sentence(&scored(scores)).unwrap_or_default();
+        assert!(band(&[7, 8]).contains("favourable"));
+        assert!(!band(&[7, 8]).contains("unfavourable"));
+        assert!(band(&[5, 5, 5, 5, 5, 5, 5, 5, 5, 4]).contains("unfavourable"));
+        assert!(band(&[7, 7, 7]).contains("split"));
+        assert!(band(&[5, 5, 5]).contains("split"));
+    }
+
+    #[test]
+    fn the_average_rounds_half_up_from_the_exact_mean() {
+        // 41/40 = 1.025 and 169/40 = 4.225: as floats a hair below, they would round down.
+        let mut low = vec![1; 39];
+        low.push(2);
+        let mut middle = vec![4; 31];
+        middle.extend([5; 9]);
+        for (scores, average, shown) in [
+            (low, 1.03, "1.0/10"),
+            (middle, 4.23, "4.2/10"),
+            (
+                vec![1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2],
+                1.05,
+                "1.1/10",
+            ),
+        ] {
+            let summary = summarize(1, &scored(&scores));
+            assert_eq!(summary.average_score, Some(average), "{scores:?}");
+            let sentence = summary.summary.unwrap_or_default();
+            assert!(sentence.contains(shown), "{sentence}");
+        }
     }
 
     #[test]

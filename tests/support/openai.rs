@@ -29,10 +29,14 @@ pub enum Answer {
     Held(String),
     /// This HTTP status with an OpenAI-style error body carrying this message.
     Error(u16, String),
+    /// The same, once the test calls [`FakeProvider::release`].
+    HeldError(u16, String),
     /// 401, repeating the key it was sent in its message as OpenAI does.
     BadKey,
     /// 200 with a refusal, stopped by the content filter.
     Refusal(String),
+    /// 200 with this text, stopped at the token budget (`finish_reason: length`).
+    CutShort(String),
     /// 200 with a well-formed answer whose summary makes the body this many bytes at least,
     /// sent with its `Content-Length`.
     Oversized(usize),
@@ -68,6 +72,13 @@ struct Shared {
     calls: Mutex<Vec<Call>>,
     hang_ups: AtomicUsize,
     released: watch::Sender<bool>,
+}
+
+impl Shared {
+    async fn until_released(&self) {
+        let mut released = self.released.subscribe();
+        let _ = released.wait_for(|open| *open).await;
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -195,11 +206,14 @@ async fn chat_completions(
             completion(&model, &text, "stop", None)
         }
         Answer::Held(text) => {
-            let mut released = shared.released.subscribe();
-            let _ = released.wait_for(|open| *open).await;
+            shared.until_released().await;
             completion(&model, &text, "stop", None)
         }
         Answer::Error(status, message) => error(status, &message),
+        Answer::HeldError(status, message) => {
+            shared.until_released().await;
+            error(status, &message)
+        }
         Answer::BadKey => {
             let key = authorization
                 .as_deref()
@@ -208,6 +222,7 @@ async fn chat_completions(
             error(401, &format!("Incorrect API key provided: {key}."))
         }
         Answer::Refusal(text) => completion(&model, "", "content_filter", Some(&text)),
+        Answer::CutShort(text) => completion(&model, &text, "length", None),
         Answer::Oversized(bytes) => completion(&model, &oversized(bytes), "stop", None),
         Answer::OversizedStream(bytes) => {
             let body = completion_body(&model, &oversized(bytes), "stop", None).to_string();

@@ -89,9 +89,9 @@ pub struct Settings {
     /// Period of keep-alive comments on long-lived streams (taken within a millisecond and a
     /// day).
     pub keepalive: Duration,
-    /// Most requests read and handled at once (more wait a second, then get 503). Also how many
-    /// 2025-11-25 calls run on after their clients closed their streams, a quarter of those per
-    /// owner.
+    /// Most requests handled at once, counted from when their body is in (more wait a second,
+    /// then get 503). Also how many 2025-11-25 calls run on after their clients closed their
+    /// streams, a quarter of those per owner.
     pub max_concurrent_requests: usize,
     /// 2025-11-25 sessions: how long a tool waits for the client's answer to its question.
     pub legacy_request_timeout: Duration,

@@ -69,6 +69,10 @@ impl SummaryKey {
 pub enum Keep {
     /// By this process and, with Redis, by every replica.
     Everywhere(Duration),
+    /// The same, but never in place of an entry Redis already holds, which is served instead:
+    /// for the server's words standing in for a provider that failed, which must not replace
+    /// the provider's words another replica got meanwhile.
+    UnlessShared(Duration),
     /// By this process alone: it stands for something only this replica saw (all its provider
     /// calls taken), which another replica should not repeat.
     HereOnly(Duration),
@@ -184,7 +188,7 @@ impl SummaryCache {
                 return Ok((entry.text, None));
             }
             let (text, keep) = compute.await.map_err(Arc::new)?;
-            tiers.store(&key, text.clone(), keep).await;
+            let text = tiers.store(&key, text, keep).await;
             Ok((text, Some(Arc::new(AtomicBool::new(false)))))
         };
         AssertUnwindSafe(computation)
@@ -215,8 +219,7 @@ impl SummaryCache {
             return Ok(entry.text);
         }
         let (text, keep) = compute.await?;
-        self.tiers.store(key, text.clone(), keep).await;
-        Ok(text)
+        Ok(self.tiers.store(key, text, keep).await)
     }
 }
 

@@ -96,8 +96,11 @@ impl LlmArgs {
     pub fn provider(&self) -> anyhow::Result<Option<ProviderConfig>> {
         let base_url = non_empty(&self.llm_base_url);
         let model = non_empty(&self.llm_model);
-        let api_key = non_empty(&self.llm_api_key).or_else(|| non_empty(&self.openai_api_key));
-        if base_url.is_none() && model.is_none() && api_key.is_none() {
+        let (own_key, openai_key) = (
+            non_empty(&self.llm_api_key),
+            non_empty(&self.openai_api_key),
+        );
+        if base_url.is_none() && model.is_none() && own_key.is_none() && openai_key.is_none() {
             return Ok(None);
         }
         let (base_url, model) = match (base_url, model) {
@@ -110,6 +113,30 @@ impl LlmArgs {
                 model.unwrap_or_else(|| DEFAULT_OPENAI_MODEL.to_owned()),
             ),
         };
+        let api_key = match own_key {
+            Some(key) => Some(key),
+            // OpenAI's key goes to OpenAI alone, not to a gateway or a model the base URL names.
+            None if base_url == OPENAI_BASE_URL => openai_key,
+            None => {
+                if openai_key.is_some() {
+                    tracing::warn!(
+                        %base_url,
+                        "OPENAI_API_KEY is not sent to a provider other than OpenAI: give its key \
+                         as MOVIEDB_LLM_API_KEY"
+                    );
+                }
+                None
+            }
+        };
+        if api_key.is_some() {
+            let url = reqwest::Url::parse(&base_url).context("MOVIEDB_LLM_BASE_URL")?;
+            if url.scheme() != "https" && !crate::config::names_loopback(&url) {
+                bail!(
+                    "MOVIEDB_LLM_BASE_URL must be an https URL to be sent an API key (http only \
+                     on a loopback host): the key would travel in the clear"
+                );
+            }
+        }
         if let Some(key) = &api_key {
             // The key travels as `Authorization: Bearer <key>`; say what is wrong without echoing it.
             if !key.chars().all(|c| c.is_ascii_graphic()) {
@@ -257,6 +284,45 @@ mod tests {
         };
         let provider = both.provider().expect("valid").expect("a provider");
         assert_eq!(provider.api_key.as_deref(), Some("sk-mine"));
+    }
+
+    #[test]
+    fn openai_api_key_goes_to_openai_alone_and_no_key_travels_in_the_clear() {
+        let openai_key = |args: LlmArgs| LlmArgs {
+            openai_api_key: Some("sk-openai".into()),
+            ..args
+        };
+        let key_sent = |args: LlmArgs| args.provider().expect("valid").expect("a provider").api_key;
+        let gateway = openai_key(with(Some("https://gateway.example/v1"), Some("m"), None));
+        assert_eq!(key_sent(gateway), None, "not to a gateway");
+        let named = openai_key(with(Some("https://api.openai.com/v1/"), Some("m"), None));
+        assert_eq!(
+            key_sent(named).as_deref(),
+            Some("sk-openai"),
+            "to OpenAI named"
+        );
+
+        for clear in ["http://llm.example/v1", "HTTP://llm.example/v1"] {
+            let error = with(Some(clear), Some("m"), Some("sk-mine"))
+                .provider()
+                .err()
+                .expect("a key in the clear is refused");
+            assert!(
+                error.to_string().contains("in the clear")
+                    && !error.to_string().contains("sk-mine"),
+                "{clear}: {error}"
+            );
+        }
+        for local in ["http://localhost:11434/v1", "http://[::1]:11434/v1"] {
+            let args = with(Some(local), Some("m"), Some("sk-mine"));
+            assert_eq!(key_sent(args).as_deref(), Some("sk-mine"), "{local}");
+        }
+        let keyless = with(Some("http://llm.example/v1"), Some("m"), None);
+        assert_eq!(
+            key_sent(keyless),
+            None,
+            "no key, nothing to keep from the wire"
+        );
     }
 
     #[test]

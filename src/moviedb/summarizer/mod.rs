@@ -317,11 +317,12 @@ async fn ask_provider(
             metrics::counter!("moviedb_llm_fallbacks_total", "reason" => failure.kind())
                 .increment(1);
             // Every call taken is this replica's state: another replica asks its own provider
-            // calls instead of serving this fallback.
+            // calls instead of serving this fallback. A fallback never replaces the provider's
+            // words another replica put in Redis meanwhile: those are served instead.
             let keep = if busy {
                 Keep::HereOnly(lifetimes.fallback)
             } else {
-                Keep::Everywhere(lifetimes.fallback)
+                Keep::UnlessShared(lifetimes.fallback)
             };
             Ok((server_text(&reviews), keep))
         }

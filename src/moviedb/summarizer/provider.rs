@@ -46,6 +46,8 @@ pub enum ProviderFailure {
     Unreadable(String),
     #[error("an answer larger than {} KiB", MOST_ANSWER_BYTES / 1024)]
     TooLarge,
+    #[error("the answer was cut short at the token budget ({0} tokens; see --llm-max-tokens)")]
+    CutShort(u32),
     #[error("busy: all {0} calls allowed at once stayed in flight for {wait} s", wait = CALL_WAIT.as_secs())]
     Busy(usize),
 }
@@ -60,6 +62,7 @@ impl ProviderFailure {
             Self::Refused(_) => "refused",
             Self::Unreadable(_) => "unreadable",
             Self::TooLarge => "too_large",
+            Self::CutShort(_) => "cut_short",
             Self::Busy(_) => "busy",
         }
     }
@@ -209,8 +212,15 @@ impl Provider {
         let Some(choice) = reply.choices.into_iter().next() else {
             return Err(ProviderFailure::Refused("the answer has no choices".into()).into());
         };
-        if choice.finish_reason.as_deref() == Some("content_filter") {
-            return Err(ProviderFailure::Refused("stopped by the content filter".into()).into());
+        match choice.finish_reason.as_deref() {
+            Some("content_filter") => {
+                return Err(
+                    ProviderFailure::Refused("stopped by the content filter".into()).into(),
+                );
+            }
+            // Half a sentence, or themes cut off, would be served for the summary's whole life.
+            Some("length") => return Err(ProviderFailure::CutShort(self.max_tokens).into()),
+            _ => {}
         }
         if let Some(refusal) = choice.message.refusal.filter(|r| !r.trim().is_empty()) {
             return Err(ProviderFailure::Refused(self.loggable(&refusal)).into());

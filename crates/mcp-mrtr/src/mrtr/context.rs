@@ -2,7 +2,7 @@
 //! remember work across rounds, and report progress and log messages.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
@@ -107,8 +107,10 @@ struct Inner {
     notifier: Option<Notifier>,
     asker: Arc<dyn Asker>,
     tasks: TaskMode,
-    /// Set when [`RequestContext::require_task`] refused to go on because no task can be kept.
-    wanted_a_task: AtomicBool,
+    /// The JSON-RPC code of the last refusal of [`RequestContext::require`] or
+    /// [`RequestContext::require_task`] for something the client can mend (a capability it did
+    /// not declare, no room for a task now); 0 for none.
+    mendable_refusal: AtomicI64,
     /// Work remembered with [`RequestContext::remember`].
     memo: Mutex<Map<String, Value>>,
 }
@@ -135,7 +137,7 @@ impl RequestContext {
                 notifier,
                 asker,
                 tasks,
-                wanted_a_task: AtomicBool::new(false),
+                mendable_refusal: AtomicI64::new(0),
                 memo: Mutex::new(memo),
             }),
         }
@@ -164,7 +166,9 @@ impl RequestContext {
 
     /// Fails with -32021 unless the client declared `capability` on this request: one of
     /// `"elicitation"` (its form mode, the one [`elicit`](Self::elicit) asks with), `"sampling"`
-    /// or `"roots"`; any other name fails.
+    /// or `"roots"`; any other name fails. A retry refused this way keeps its `requestState`,
+    /// for the client to send again declaring the capability: call this before any work of the
+    /// round that must not run twice.
     pub fn require(&self, capability: &str) -> Result<(), ProtocolError> {
         let caps = self.capabilities();
         let declared = match capability {
@@ -174,14 +178,14 @@ impl RequestContext {
             _ => false,
         };
         if declared {
-            Ok(())
-        } else if capability == "elicitation" {
-            Err(ProtocolError::missing_capability(
-                json!({ "elicitation": { "form": {} } }),
-            ))
-        } else {
-            Err(ProtocolError::missing_capability(json!({ capability: {} })))
+            return Ok(());
         }
+        let refusal = if capability == "elicitation" {
+            ProtocolError::missing_capability(json!({ "elicitation": { "form": {} } }))
+        } else {
+            ProtocolError::missing_capability(json!({ capability: {} }))
+        };
+        Err(self.mendable(refusal))
     }
 
     /// Continues the rest of this call as a task when the client accepts tasks: the request is
@@ -206,28 +210,36 @@ impl RequestContext {
     /// room now (HTTP 429 when the caller holds its share of tasks), HTTP 500 when the call is
     /// too large to keep as a task, or when no task can be created for it whatever the client
     /// declares (see [`TaskMode::Unavailable`]: declaring would not help, so no capability is
-    /// named).
+    /// named). A retry refused for the missing extension or for want of room keeps its
+    /// `requestState`, as with [`require`](Self::require).
     pub fn require_task(&self) -> Result<(), HandlerError> {
         match self.inner.tasks {
             TaskMode::Available => Err(HandlerError::TaskRequested(TaskPending::new(true))),
             TaskMode::Running => Ok(()),
-            TaskMode::Undeclared => Err(HandlerError::Protocol(ProtocolError::missing_capability(
-                json!({ "extensions": { TASKS_EXTENSION: {} } }),
+            TaskMode::Undeclared => Err(HandlerError::Protocol(self.mendable(
+                ProtocolError::missing_capability(json!({ "extensions": { TASKS_EXTENSION: {} } })),
             ))),
             TaskMode::Unavailable => Err(HandlerError::Protocol(ProtocolError::internal(
                 "This call can only run as a task, and no task can be created for it here",
             ))),
-            TaskMode::Unkept(why) => {
-                self.inner.wanted_a_task.store(true, Ordering::Relaxed);
-                Err(HandlerError::Protocol(why.refusal()))
-            }
+            TaskMode::Unkept(why) => Err(HandlerError::Protocol(self.mendable(why.refusal()))),
         }
     }
 
-    /// Whether [`require_task`](Self::require_task) refused to go on because no task can be
-    /// kept for the call.
-    pub(crate) fn wanted_a_task(&self) -> bool {
-        self.inner.wanted_a_task.load(Ordering::Relaxed)
+    /// `refusal`, noted as one the client can mend.
+    fn mendable(&self, refusal: ProtocolError) -> ProtocolError {
+        self.inner
+            .mendable_refusal
+            .store(refusal.code, Ordering::Relaxed);
+        refusal
+    }
+
+    /// Whether `error` is a refusal of [`require`](Self::require) or
+    /// [`require_task`](Self::require_task) for something the client can mend (by its code: a
+    /// handler that went on past such a refusal and failed otherwise is not mistaken for it).
+    pub(crate) fn is_mendable_refusal(&self, error: &HandlerError) -> bool {
+        let code = self.inner.mendable_refusal.load(Ordering::Relaxed);
+        matches!(error, HandlerError::Protocol(refusal) if code != 0 && refusal.code == code)
     }
 
     /// Asks the user to fill a form. Returns [`Elicitation::Unsupported`] at once when the client

@@ -207,8 +207,9 @@ impl Engine {
 
     /// Runs `handler` for one round of `call`. A retry takes its continuation before the
     /// handler runs, so a `requestState` completes at most one call; when the retry fails for a
-    /// reason that can be mended (an answer refused, answers too large to carry, no room for a
-    /// task, the next round not parked) the continuation is put back, and the same retry may be
+    /// reason that can be mended (an answer refused, answers too large to carry, a capability
+    /// the client did not declare, no room for a task, the next round not parked) the
+    /// continuation is put back, and the same retry may be
     /// sent again. The handler's own errors use it up: it may have done part of its work.
     pub async fn run<T, F, Fut>(
         &self,
@@ -444,11 +445,14 @@ impl Engine {
             }
             Err(error) => {
                 // A handler's own failure uses the state up: it may have done part of its last
-                // round's work, which must not run twice.
-                if (rounds.refused_answer() || context.wanted_a_task())
-                    && let Some(taken) = taken
-                {
-                    // The client may still answer properly, or find room, with the same state.
+                // round's work, which must not run twice. A refusal the client can mend does
+                // not (the refusal itself, not a later failure of a handler that went on past
+                // one).
+                let client_may_mend =
+                    rounds.refused_answer() || context.is_mendable_refusal(&error);
+                if client_may_mend && let Some(taken) = taken {
+                    // The client may still answer properly, find room, or declare what the
+                    // tool needs, with the same state.
                     self.put_back(&call.owner, taken).await;
                 }
                 Err(protocol_error(call.method, call.name, error))

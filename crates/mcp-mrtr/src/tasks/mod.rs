@@ -1247,27 +1247,32 @@ mod tests {
         }
     }
 
-    fn late_replies(registry: Registry) -> (Tasks, Arc<LateReplies>) {
+    /// Tasks on a [`LateReplies`] store, and how many announcements they made.
+    fn late_replies(registry: Registry) -> (Tasks, Arc<LateReplies>, Arc<AtomicUsize>) {
         let store = Arc::new(LateReplies {
             store: MemoryTaskStore::new(100, 100),
             next_reply_lost: std::sync::atomic::AtomicBool::new(false),
             held: std::sync::atomic::AtomicBool::new(false),
             let_go: Semaphore::new(0),
         });
+        let announced = Arc::new(AtomicUsize::new(0));
+        let counted = announced.clone();
         let tasks = Tasks::new(
             store.clone(),
             TaskSettings::default(),
             Arc::new(registry),
-            Arc::new(|_: &str| {}),
+            Arc::new(move |_: &str| {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }),
         );
-        (tasks, store)
+        (tasks, store, announced)
     }
 
     #[tokio::test]
     async fn answers_recorded_though_the_reply_was_lost_resume_their_task() {
         let mut registry = Registry::new();
         registry.add_tool(asking_tool());
-        let (tasks, store) = late_replies(registry);
+        let (tasks, store, _) = late_replies(registry);
         let id = asking_task(&tasks).await;
         store.next_reply_lost.store(true, Ordering::SeqCst);
         tasks
@@ -1298,7 +1303,7 @@ mod tests {
                 }
             },
         ));
-        let (tasks, store) = late_replies(registry);
+        let (tasks, store, announced) = late_replies(registry);
         // The first worker's ending (its question) is recorded, but the worker hears so only
         // after the answer came and a second worker started; then it tries its write again.
         store.held.store(true, Ordering::SeqCst);
@@ -1313,9 +1318,18 @@ mod tests {
             assert!(tokio::time::Instant::now() < deadline, "not resumed");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        let announced_before = announced.load(Ordering::SeqCst);
         store.let_go.add_permits(1);
-        // Past the first worker's second try.
-        tokio::time::sleep(worker::ENDING_RETRY * 3).await;
+        // The first worker, unsure whether its ending landed, tells the task's followers to read
+        // it again once its second try finds the task another worker's.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while announced.load(Ordering::SeqCst) == announced_before {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no announcement after the late reply"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         assert_eq!(status_of(&tasks, &id).await, "working", "not asked again");
         gate.add_permits(1);
         let task = settled(&tasks, &id, "completed").await;

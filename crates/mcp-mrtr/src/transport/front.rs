@@ -7,9 +7,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, to_bytes};
+use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, Response, StatusCode, Version, header};
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt as _;
 #[cfg(not(feature = "legacy"))]
 use serde_json::Value;
@@ -70,11 +71,13 @@ pub(super) async fn post(
             return Err(WireError::unauthorized(&refusal));
         }
     };
-    // Taken after the checks above, which need no body, so that requests they refuse never wait
-    // for a turn. Held while the body is read and the request handled; a streamed
-    // answer returns its response, and so its turn, as soon as the stream starts.
+    let (incoming, claim) = read_message(&endpoint, &headers, body).await?;
+    // Taken once the body is in, so that a body that is slow to come (or never comes) holds
+    // no turn: only what it sent of the budget of body bytes. Held while the request is handled;
+    // a streamed answer returns its response, and so its turn, as soon as the stream starts.
     let _turn = within_busy_wait(&endpoint.turns, 1).await?;
-    let incoming = read_message(&endpoint, &headers, body).await?;
+    // The message waiting for its turn counted as its body did.
+    drop(claim);
     #[cfg(feature = "legacy")]
     if super::legacy::routes_here(&headers, &incoming) {
         return super::legacy::post(&endpoint, &headers, (caller, peer), accept, incoming).await;
@@ -87,38 +90,144 @@ pub(super) async fn post(
 }
 
 /// Reads and parses the body, within the size limit, the body-read timeout and the budget of
-/// body bytes held at once (claimed up front from `Content-Length`, or the size limit without
-/// one, and given back once the message is parsed).
+/// body bytes held at once (claimed as they arrive), with what it claimed.
 async fn read_message(
     endpoint: &Endpoint,
     headers: &HeaderMap,
     body: Body,
-) -> Result<Incoming, WireError> {
+) -> Result<(Incoming, BodyClaim), WireError> {
     let limit = body_limit(endpoint);
-    let too_large = || {
-        let message = format!("Request body is larger than {limit} bytes");
-        WireError::refused(StatusCode::PAYLOAD_TOO_LARGE, message)
-    };
-    let declared = declared_length(headers);
-    if declared.is_some_and(|length| length > limit) {
-        return Err(too_large());
+    if declared_length(headers).is_some_and(|length| length > limit) {
+        return Err(too_large(limit));
     }
-    // Never past u32::MAX: the limit is at most MOST_BODY_BYTES.
-    let claim = u32::try_from(declared.unwrap_or(limit).max(1)).unwrap_or(u32::MAX);
-    let _bytes = within_busy_wait(&endpoint.body_bytes, claim).await?;
     let wait = endpoint.options.body_read_timeout;
-    let body = match tokio::time::timeout(wait, to_bytes(body, limit)).await {
-        Ok(Ok(body)) => body,
-        Ok(Err(_)) => return Err(too_large()),
-        Err(_) => {
-            let message = format!(
-                "The request body did not arrive within {} s",
-                wait.as_secs()
-            );
-            return Err(WireError::refused(StatusCode::REQUEST_TIMEOUT, message));
+    let (body, claim) = read_claimed(body, limit, &endpoint.body_bytes, wait).await?;
+    let incoming =
+        Incoming::parse(&body).map_err(|(id, e)| WireError::from(e).answering(id.as_ref()))?;
+    Ok((incoming, claim))
+}
+
+fn too_large(limit: usize) -> WireError {
+    let message = format!("Request body is larger than {limit} bytes");
+    WireError::refused(StatusCode::PAYLOAD_TOO_LARGE, message)
+}
+
+/// The budget of body bytes held at once, claimed as they arrive (so a body that stalls holds
+/// only what it sent), and an overdraft that lets one request at a time finish reading past it:
+/// bodies that filled the budget between them would otherwise each wait for the others' bytes,
+/// and all fail. At most the budget and one body are claimed.
+pub(super) struct BodyBudget {
+    bytes: Arc<Semaphore>,
+    overdraft: Arc<Semaphore>,
+}
+
+/// What one request holds of the [`BodyBudget`], given back when dropped.
+#[derive(Default)]
+struct BodyClaim {
+    bytes: Option<OwnedSemaphorePermit>,
+    overdraft: Option<OwnedSemaphorePermit>,
+}
+
+impl BodyBudget {
+    pub(super) fn new(bytes: usize) -> Self {
+        Self {
+            bytes: Arc::new(Semaphore::new(bytes)),
+            overdraft: Arc::new(Semaphore::new(1)),
         }
-    };
-    Incoming::parse(&body).map_err(|(id, e)| WireError::from(e).answering(id.as_ref()))
+    }
+
+    /// Adds `bytes` to `claim` from the budget, waiting up to [`BUSY_WAIT`] for them (HTTP 503
+    /// after that). A request that holds some of the budget already may take the overdraft
+    /// instead, when it comes free first, and reads the rest of its body on it.
+    async fn claim(&self, claim: &mut BodyClaim, bytes: u32) -> Result<(), WireError> {
+        if claim.overdraft.is_some() {
+            return Ok(());
+        }
+        let permit = match self.bytes.clone().try_acquire_many_owned(bytes) {
+            Ok(permit) => permit,
+            Err(_) if claim.bytes.is_none() => within_busy_wait(&self.bytes, bytes).await?,
+            Err(_) => {
+                let (budget, overdraft) = (self.bytes.clone(), self.overdraft.clone());
+                let either = async {
+                    tokio::select! {
+                        permit = budget.acquire_many_owned(bytes) => permit.map(Ok),
+                        overdraft = overdraft.acquire_owned() => overdraft.map(Err),
+                    }
+                };
+                match tokio::time::timeout(BUSY_WAIT, either).await {
+                    Ok(Ok(Ok(permit))) => permit,
+                    Ok(Ok(Err(overdraft))) => {
+                        claim.overdraft = Some(overdraft);
+                        return Ok(());
+                    }
+                    _ => return Err(WireError::busy()),
+                }
+            }
+        };
+        match &mut claim.bytes {
+            Some(held) => held.merge(permit),
+            None => claim.bytes = Some(permit),
+        }
+        Ok(())
+    }
+}
+
+/// The whole of `body`, up to `limit` bytes, each chunk claimed from `budget` as it arrives,
+/// with the claim; HTTP 408 when the body is not in within `wait` (a wait for the budget, the
+/// server's doing, ends in 503 instead).
+async fn read_claimed(
+    body: Body,
+    limit: usize,
+    budget: &BodyBudget,
+    wait: Duration,
+) -> Result<(Bytes, BodyClaim), WireError> {
+    let mut chunks = body.into_data_stream();
+    let mut claim = BodyClaim::default();
+    // Most bodies come in one chunk, kept as it is; more are joined.
+    let mut first = Bytes::new();
+    let mut joined: Option<BytesMut> = None;
+    // One timer for the whole body, polled only while a chunk is awaited.
+    let late = tokio::time::sleep(wait);
+    tokio::pin!(late);
+    loop {
+        let next = tokio::select! {
+            next = chunks.next() => next,
+            () = &mut late => {
+                let message = format!(
+                    "The request body did not arrive within {} s",
+                    wait.as_secs()
+                );
+                return Err(WireError::refused(StatusCode::REQUEST_TIMEOUT, message));
+            }
+        };
+        let Some(chunk) = next else {
+            break;
+        };
+        let chunk = chunk.map_err(|_| {
+            WireError::refused(
+                StatusCode::BAD_REQUEST,
+                "The request body could not be read",
+            )
+        })?;
+        let read = first.len() + joined.as_ref().map_or(0, BytesMut::len) + chunk.len();
+        if read > limit {
+            return Err(too_large(limit));
+        }
+        if chunk.is_empty() {
+            continue;
+        }
+        // Never past u32::MAX: the limit is at most MOST_BODY_BYTES.
+        let bytes = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
+        budget.claim(&mut claim, bytes).await?;
+        if first.is_empty() && joined.is_none() {
+            first = chunk;
+        } else {
+            let joined = joined.get_or_insert_with(|| BytesMut::from(std::mem::take(&mut first)));
+            joined.extend_from_slice(&chunk);
+        }
+    }
+    let body = joined.map_or(first, BytesMut::freeze);
+    Ok((body, claim))
 }
 
 /// The largest body this endpoint reads.

@@ -103,7 +103,8 @@ pub fn check_name(
 }
 
 /// Every `x-mcp-header` parameter present in the arguments must arrive as a matching
-/// `Mcp-Param-{name}` header.
+/// `Mcp-Param-{name}` header, and such a header may not name a value the arguments lack (a
+/// proxy routing on it would route a call that runs without it).
 pub fn check_params(
     headers: &HeaderMap,
     declared: &[HeaderParam],
@@ -119,13 +120,20 @@ pub fn check_params(
                 .try_fold(args, |value, key| value.get(key))
         });
         let raw = header_text(headers, &header_name)?;
-        let Some(body) = body.filter(|v| !v.is_null()) else {
-            continue;
-        };
-        let Some(raw) = raw else {
-            return Err(ProtocolError::header_mismatch(format!(
-                "Missing {display} header for a parameter present in the body"
-            )));
+        let (raw, body) = match (raw, body.filter(|v| !v.is_null())) {
+            (None, None) => continue,
+            (None, Some(_)) => {
+                return Err(ProtocolError::header_mismatch(format!(
+                    "Missing {display} header for a parameter present in the body"
+                )));
+            }
+            (Some(raw), None) => {
+                decode_sentinel(&display, raw)?;
+                return Err(ProtocolError::header_mismatch(format!(
+                    "Header mismatch: {display} header names a value the body does not have"
+                )));
+            }
+            (Some(raw), Some(body)) => (raw, body),
         };
         let header = decode_sentinel(&display, raw)?;
         let matches = match body {

@@ -1,8 +1,9 @@
 //! Accepting connections: the accept loop behind [`serve`](super::serve), and the hygiene that
 //! keeps one client's sockets from starving everybody else's.
 //!
-//! Open connections are capped below the process's open-file limit; when the cap is reached the
-//! connection idle the longest is closed to make room, and a failing `accept` (out of file
+//! Open connections are capped below the process's open-file limit; a connection that arrives
+//! at the cap closes the one idle the longest to make room (while none is idle it waits, and the
+//! others are looked at again every [`ROOM_RECHECK`]), and a failing `accept` (out of file
 //! descriptors) backs off instead of spinning. A connection is closed when it takes too long to
 //! send a request's headers (timed from the connection's opening for its first request, from the
 //! first byte for later ones), or when it has sat idle (no request being handled, no byte read, and
@@ -71,6 +72,9 @@ pub const DRAIN_IDLE: Duration = Duration::from_secs(5);
 pub const MIN_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long accept waits after failing (for instance out of file descriptors) before trying again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How often a connection waiting at the cap looks again for one idle to close.
+const ROOM_RECHECK: Duration = Duration::from_millis(500);
 
 /// How connections are bounded.
 #[derive(Debug, Clone)]
@@ -159,24 +163,32 @@ impl Registry {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Closes the connection idle the longest, if one is idle.
-    fn close_idlest(&self) {
+    /// Closes the connection idle the longest, if one is idle; returns which.
+    fn close_idlest(&self) -> Option<u64> {
         let open = self.lock();
         let idlest = open
-            .values()
-            .filter(|c| c.busy.load(Ordering::Acquire) == 0)
+            .iter()
+            .filter(|(_, c)| c.busy.load(Ordering::Acquire) == 0)
             // One that moved bytes since its last check is not idle, whatever its stamp says.
-            .min_by_key(|c| {
+            .min_by_key(|(_, c)| {
                 (
                     c.moved.load(Ordering::Relaxed),
                     c.last_active.load(Ordering::Relaxed),
                 )
             });
-        if let Some(connection) = idlest {
-            // Seen as active from now on, so the next call picks another one.
-            connection.last_active.store(u64::MAX, Ordering::Relaxed);
-            connection.close.notify_one();
-        }
+        let (id, connection) = idlest?;
+        // Seen as active from now on, so the next call picks another one.
+        connection.last_active.store(u64::MAX, Ordering::Relaxed);
+        connection.close.notify_one();
+        Some(*id)
+    }
+
+    /// Whether connection `id` is still open with no request in flight: closing, when it was
+    /// asked to close, and not to be replaced by another one yet.
+    fn still_closing_idle(&self, id: u64) -> bool {
+        self.lock()
+            .get(&id)
+            .is_some_and(|c| c.busy.load(Ordering::Acquire) == 0)
     }
 }
 
@@ -202,28 +214,15 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ConnectionLimi
         drain: drain.clone(),
     };
     let mut last_accept_error: Option<Instant> = None;
-    loop {
-        let permit = match registry.permits.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                registry.close_idlest();
-                tokio::select! {
-                    permit = registry.permits.clone().acquire_owned() => match permit {
-                        Ok(permit) => permit,
-                        Err(_) => break,
-                    },
-                    () = &mut shutdown => break,
-                }
-            }
-        };
+    'serving: loop {
         let accepted = tokio::select! {
             // Draining wins over a ready accept: the queue is emptied below, in one go.
             biased;
-            () = &mut shutdown => break,
+            () = &mut shutdown => break 'serving,
             accepted = listener.accept() => accepted,
         };
-        match accepted {
-            Ok((stream, peer)) => spawn_connection(stream, peer, permit, &served_with),
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(error) => {
                 // Logged at most once a second: a full descriptor table fails every accept.
                 if last_accept_error.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
@@ -232,8 +231,39 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ConnectionLimi
                 }
                 registry.close_idlest();
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
             }
-        }
+        };
+        let permit = match registry.permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            // At the cap, room is made for a client that came (not ahead of one), and the
+            // connection just accepted is not registered yet: it cannot be the one closed.
+            Err(_) => {
+                let mut closing: Option<(u64, Instant)> = None;
+                loop {
+                    // One closed for this newcomer at a time: another once that one has gone,
+                    // took a request as it was asked to close, or is slow to go (an HTTP/2
+                    // client that does not acknowledge the close, one halfway through a
+                    // request's headers).
+                    let another = closing.is_none_or(|(id, asked)| {
+                        !registry.still_closing_idle(id) || asked.elapsed() >= ROOM_RECHECK * 2
+                    });
+                    if another {
+                        closing = registry.close_idlest().map(|id| (id, Instant::now()));
+                    }
+                    tokio::select! {
+                        permit = registry.permits.clone().acquire_owned() => match permit {
+                            Ok(permit) => break permit,
+                            Err(_) => break 'serving,
+                        },
+                        // None idle yet, or the one closed took a request just then.
+                        () = tokio::time::sleep(ROOM_RECHECK) => {}
+                        () = &mut shutdown => break 'serving,
+                    }
+                }
+            }
+        };
+        spawn_connection(stream, peer, permit, &served_with);
     }
     let queued = serve_queued(listener, &served_with);
     tracing::info!(

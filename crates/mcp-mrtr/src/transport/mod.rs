@@ -60,8 +60,9 @@ pub struct TransportOptions {
     pub max_body_bytes: usize,
     /// Longest a client may take to send a request's body once its headers are in (HTTP 408).
     pub body_read_timeout: Duration,
-    /// Most body bytes held at once across all requests being read and parsed; a request whose
-    /// body does not fit waits up to [`BUSY_WAIT`], then gets HTTP 503.
+    /// Most body bytes held at once across all requests being read and parsed, claimed as they
+    /// arrive; a request whose next bytes do not fit waits up to [`BUSY_WAIT`], then gets HTTP
+    /// 503.
     pub max_buffered_body_bytes: usize,
     /// Period of SSE comment lines on long-lived streams.
     pub keepalive: Duration,
@@ -69,10 +70,10 @@ pub struct TransportOptions {
     pub drain: Drain,
     /// Most long-lived streams open at once, in all and per owner.
     pub streams: StreamLimits,
-    /// Most requests read and handled at once; more wait up to [`BUSY_WAIT`], then get HTTP 503
-    /// with `Retry-After`. A streamed answer stops counting once its stream has started. Also
-    /// how many 2025-11-25 calls run on after their clients closed their streams, a quarter of
-    /// those per owner.
+    /// Most requests handled at once, counted from when their body is in (a body slow to come
+    /// holds no turn); more wait up to [`BUSY_WAIT`], then get HTTP 503 with `Retry-After`. A
+    /// streamed answer stops counting once its stream has started. Also how many 2025-11-25
+    /// calls run on after their clients closed their streams, a quarter of those per owner.
     pub max_concurrent_requests: usize,
     /// The 2025-11-25 wire's settings.
     #[cfg(feature = "legacy")]
@@ -99,8 +100,8 @@ pub(crate) struct Endpoint {
     options: TransportOptions,
     /// One per request being read or handled.
     turns: Arc<tokio::sync::Semaphore>,
-    /// One per body byte being read or parsed.
-    body_bytes: Arc<tokio::sync::Semaphore>,
+    /// The body bytes being read or parsed.
+    body_bytes: front::BodyBudget,
     /// The long-lived streams open now.
     streams: Arc<streams::OpenStreams>,
     #[cfg(feature = "legacy")]
@@ -221,13 +222,13 @@ fn turns(options: &TransportOptions) -> Arc<tokio::sync::Semaphore> {
     ))
 }
 
-fn body_bytes(options: &TransportOptions) -> Arc<tokio::sync::Semaphore> {
+fn body_bytes(options: &TransportOptions) -> front::BodyBudget {
     let most = tokio::sync::Semaphore::MAX_PERMITS;
     let bytes = options.max_buffered_body_bytes.clamp(
         options.max_body_bytes.clamp(1, MOST_BODY_BYTES.min(most)),
         most,
     );
-    Arc::new(tokio::sync::Semaphore::new(bytes))
+    front::BodyBudget::new(bytes)
 }
 
 /// Whose share of the stores a caller's entries count against: a signed-in principal, or an

@@ -1,12 +1,12 @@
 //! The refusals of `requestState`: tampered, expired, another principal's, another request's,
-//! replayed, raced; none runs the tool.
+//! replayed, raced; none runs the tool. And a refusal the client can mend keeps the state.
 
 use std::time::Duration;
 
 use serde_json::json;
 
 use super::{alice, assert_refusal, greet_round_one};
-use crate::support::{ServerOptions, TestServer};
+use crate::support::{ServerOptions, TestServer, accept};
 
 #[tokio::test]
 async fn tampered_request_state_is_refused_without_running_the_tool() {
@@ -158,6 +158,49 @@ async fn used_request_state_cannot_be_replayed() {
         .await;
     assert_refusal(&replay, "already been used");
     assert_eq!(server.probes.greet_runs(), 2, "the replay did not run");
+}
+
+#[tokio::test]
+async fn a_retry_refused_for_a_capability_it_lacks_keeps_its_state_for_a_retry_declaring_it() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let without_sampling = json!({"elicitation": {"form": {}}});
+    let first = client
+        .request("tools/call")
+        .params(json!({"name": "confirm_then_sample", "arguments": {}}))
+        .capabilities(without_sampling.clone())
+        .send()
+        .await;
+    assert_eq!(
+        first.result_type(),
+        "input_required",
+        "{}",
+        first.response()
+    );
+    let state = first.request_state();
+    let answered = json!({"go_on": accept(json!({"answer": "yes"}))});
+    let retry = || {
+        client.retry_request(
+            "confirm_then_sample",
+            json!({}),
+            answered.clone(),
+            Some(&state),
+        )
+    };
+
+    let refused = retry().capabilities(without_sampling).send().await;
+    refused.assert_error(400, -32021);
+    let declared = retry()
+        .capabilities(json!({"elicitation": {"form": {}}, "sampling": {}}))
+        .send()
+        .await;
+    assert_eq!(
+        declared.text(),
+        "went on, with a model at hand",
+        "the same state works once the capability is declared: {}",
+        declared.response()
+    );
+    assert_refusal(&retry().send().await, "already been used");
 }
 
 #[tokio::test]

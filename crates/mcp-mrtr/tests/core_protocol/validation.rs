@@ -304,6 +304,22 @@ async fn x_mcp_header_parameters_must_be_mirrored_exactly() {
     let sentinel = call().header("Mcp-Param-Region", encoded).send().await;
     assert_eq!(sentinel.status.as_u16(), 200, "{}", sentinel.body_text());
     assert_eq!(sentinel.text(), "Region: eu-west");
+
+    // A header naming a value the body lacks (absent or null) is refused: a proxy routing on it
+    // would route a call that runs without it.
+    for arguments in [
+        json!({"region": "eu-west"}),
+        json!({"region": "eu-west", "seats": null}),
+    ] {
+        client
+            .request("tools/call")
+            .params(json!({"name": "regional", "arguments": arguments}))
+            .header("Mcp-Param-Region", "eu-west")
+            .header("Mcp-Param-Seats", "4")
+            .send()
+            .await
+            .assert_error(400, -32020);
+    }
 }
 
 /// Arguments of a tool with a hand-written schema are checked against it before its handler

@@ -211,6 +211,19 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
         },
     ));
 
+    registry.add_tool(
+        Tool::without_arguments(
+            "confirm_then_sample",
+            "Asks the user to go on, then cannot go on without the sampling capability",
+            |ctx| async move {
+                ctx.elicit("go_on", "Go on?", text_form("answer")).await?;
+                ctx.require("sampling")?;
+                Ok(CallToolResult::text("went on, with a model at hand"))
+            },
+        )
+        .hidden(),
+    );
+
     registry.add_tool(Tool::without_arguments(
         "ask_model",
         "Asks the client's model for a one-line verdict; says why when there is none",

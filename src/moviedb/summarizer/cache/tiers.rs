@@ -80,16 +80,38 @@ impl Tiers {
         Some(entry)
     }
 
-    pub(super) async fn store(&self, key: &SummaryKey, text: SummaryText, keep: Keep) {
-        let (lifetime, everywhere) = match keep {
-            Keep::Everywhere(lifetime) => (lifetime, true),
-            Keep::HereOnly(lifetime) => (lifetime, false),
+    /// Keeps `text` under `key` as `keep` says; returns what is now served under `key`: `text`,
+    /// or the entry Redis already held when `keep` defers to it.
+    pub(super) async fn store(
+        &self,
+        key: &SummaryKey,
+        text: SummaryText,
+        keep: Keep,
+    ) -> SummaryText {
+        let (lifetime, shared) = match keep {
+            Keep::Everywhere(lifetime) | Keep::UnlessShared(lifetime) => {
+                (lifetime, self.shared.as_ref())
+            }
+            Keep::HereOnly(lifetime) => (lifetime, None),
         };
-        let entry = Entry::new(text, lifetime);
-        if everywhere && let Some(shared) = &self.shared {
-            shared.put(key, &entry, lifetime).await;
+        let mut entry = Entry::new(text, lifetime);
+        if let Some(shared) = shared {
+            if matches!(keep, Keep::UnlessShared(_)) {
+                if let Some(held) = shared.put_unless_held(key, &entry, lifetime).await {
+                    tracing::info!(
+                        key = key.as_str(),
+                        "another replica's summary landed in Redis meanwhile: served instead"
+                    );
+                    entry = held;
+                }
+            } else {
+                shared.put(key, &entry, lifetime).await;
+            }
         }
-        self.local.insert(key.as_str().to_owned(), entry).await;
+        self.local
+            .insert(key.as_str().to_owned(), entry.clone())
+            .await;
+        entry.text
     }
 }
 
@@ -140,23 +162,53 @@ impl RedisSummaries {
     }
 
     pub(super) async fn put(&self, key: &SummaryKey, entry: &Entry, lifetime: Duration) {
+        if let Some(command) = self.set_command(key, entry, lifetime) {
+            let _: Option<()> = self.run(&command).await;
+        }
+    }
+
+    /// Puts `entry` under `key` unless Redis holds one already (`SET … NX`), which is returned
+    /// (when it can be read).
+    pub(super) async fn put_unless_held(
+        &self,
+        key: &SummaryKey,
+        entry: &Entry,
+        lifetime: Duration,
+    ) -> Option<Entry> {
+        let command = self.set_command(key, entry, lifetime)?.arg("NX").clone();
+        // Nil when Redis holds the key already, "OK" when it took this entry.
+        let set: Option<String> = self.run(&command).await?;
+        match set {
+            Some(_) => None,
+            None => self.get(key).await,
+        }
+    }
+
+    /// `SET key entry PX lifetime`; `None` (after a warning) if the entry cannot be encoded.
+    fn set_command(
+        &self,
+        key: &SummaryKey,
+        entry: &Entry,
+        lifetime: Duration,
+    ) -> Option<redis::Cmd> {
         let value = match serde_json::to_vec(entry) {
             Ok(value) => value,
             Err(e) => {
                 tracing::warn!(key = key.as_str(), "cannot encode a summary for Redis: {e}");
-                return;
+                return None;
             }
         };
         let lifetime_ms = u64::try_from(lifetime.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
-        let command = redis::cmd("SET")
-            .arg(self.redis_key(key))
-            .arg(value)
-            .arg("PX")
-            .arg(lifetime_ms)
-            .clone();
-        let _: Option<()> = self.run(&command).await;
+        Some(
+            redis::cmd("SET")
+                .arg(self.redis_key(key))
+                .arg(value)
+                .arg("PX")
+                .arg(lifetime_ms)
+                .clone(),
+        )
     }
 
     /// Runs `command`; `None` (after a warning) when Redis fails or is too slow.
