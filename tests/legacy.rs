@@ -848,15 +848,24 @@ fn text_of_stream(stream: reqwest::Response) -> TextStream {
     }))
 }
 
-/// The GET stream of `client`'s session, opened.
-async fn open_get_stream(server: &TestServer, client: &LegacyClient) -> reqwest::Response {
-    let stream = reqwest::Client::new()
-        .get(server.url())
+/// A request for the stream of `client`'s session, by `method` (GET opens it).
+fn stream_request(
+    server: &TestServer,
+    client: &LegacyClient,
+    method: reqwest::Method,
+) -> reqwest::RequestBuilder {
+    reqwest::Client::new()
+        .request(method, server.url())
         .header("Accept", "text/event-stream")
         .header(
             SESSION_HEADER,
             client.session_id.as_deref().expect("session"),
         )
+}
+
+/// The GET stream of `client`'s session, opened.
+async fn open_get_stream(server: &TestServer, client: &LegacyClient) -> reqwest::Response {
+    let stream = stream_request(server, client, reqwest::Method::GET)
         .send()
         .await
         .expect("GET");
@@ -914,6 +923,28 @@ async fn the_get_stream_delivers_list_changes() {
     assert_eq!(without_session.status(), 400);
 }
 
+/// HEAD is not a GET whose body is dropped: it is refused with 405, and the session's stream
+/// (which a GET would have taken over) goes on carrying its notices.
+#[tokio::test]
+async fn head_is_refused_and_leaves_the_sessions_stream_open() {
+    let server = TestServer::start().await;
+    let client = session(&server, json!({})).await;
+    let mut body = text_of_stream(open_get_stream(&server, &client).await);
+    let head = stream_request(&server, &client, reqwest::Method::HEAD)
+        .send()
+        .await
+        .expect("HEAD");
+    assert_eq!(head.status().as_u16(), 405);
+    assert_eq!(
+        head.headers()
+            .get("allow")
+            .and_then(|allow| allow.to_str().ok()),
+        Some("GET, POST, DELETE")
+    );
+    change_the_tools(&client).await;
+    hear_the_tools_change(&mut body).await;
+}
+
 /// Each notice goes on one stream only: a session's second GET takes its notices over and the
 /// first ends; and a session that ends (DELETE) ends its stream.
 #[tokio::test]
@@ -958,12 +989,10 @@ async fn a_sessions_notices_go_to_its_latest_stream_only_and_end_with_it() {
     );
 }
 
-/// A session's notices go to its latest stream whichever replica holds it: a stream left open on
-/// another replica (a client that reconnected elsewhere) ends at the next notice without it.
-#[tokio::test]
-async fn a_stream_left_open_on_another_replica_ends_without_the_notices() {
+/// Two replicas of one deployment on the shared Redis, under keys of their own: no other test's
+/// change may reach their streams.
+async fn two_replicas() -> (TestServer, TestServer) {
     let keys = mcp_mrtr::mrtr::StateSealer::generate_spec("shared");
-    // Keys of their own: no other test's change may reach the stream before the second opens.
     let prefix = format!("mcp-test-{}:", support::net::random_hex(6));
     let replica = || {
         TestServer::start_with(ServerOptions {
@@ -973,7 +1002,14 @@ async fn a_stream_left_open_on_another_replica_ends_without_the_notices() {
             ..ServerOptions::default()
         })
     };
-    let (first, second) = (replica().await, replica().await);
+    (replica().await, replica().await)
+}
+
+/// A session's notices go to its latest stream whichever replica holds it: a stream left open on
+/// another replica (a client that reconnected elsewhere) ends at the next notice without it.
+#[tokio::test]
+async fn a_stream_left_open_on_another_replica_ends_without_the_notices() {
+    let (first, second) = two_replicas().await;
     let client = session(&first, json!({})).await;
     let left_open = open_get_stream(&first, &client).await;
     let mut latest = text_of_stream(open_get_stream(&second, &client).await);
@@ -988,6 +1024,33 @@ async fn a_stream_left_open_on_another_replica_ends_without_the_notices() {
     assert!(
         !heard_elsewhere.contains("list_changed"),
         "each notice goes on one stream: {heard_elsewhere}"
+    );
+}
+
+/// A session ended (DELETE) on one replica ends its GET stream on another at once, rather than
+/// at that stream's next look at the session's record.
+#[tokio::test]
+async fn a_session_ended_on_one_replica_ends_its_stream_on_another() {
+    let (first, second) = two_replicas().await;
+    let client = session(&first, json!({})).await;
+    let mut stream = text_of_stream(open_get_stream(&first, &client).await);
+    let open = tokio::time::timeout(
+        std::time::Duration::from_millis(500),
+        futures::StreamExt::next(&mut stream),
+    )
+    .await;
+    assert!(
+        open.is_err(),
+        "the stream is open before the session ends: {open:?}"
+    );
+    assert_eq!(client.at(second.url()).delete_session().await, 200);
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while futures::StreamExt::next(&mut stream).await.is_some() {}
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the stream on the first replica ends with its session"
     );
 }
 

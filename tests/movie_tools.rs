@@ -1251,6 +1251,11 @@ async fn ids_are_strings_and_integers_are_still_accepted(backend: Backend) {
 
 async fn invalid_and_expired_tokens_are_refused_with_401(backend: Backend) {
     let server = MovieServer::start(backend).await;
+    // A client whose very first call is refused (its look at the tool list is refused too) is
+    // shown the refusal.
+    let stranger = mcp_mrtr::client::Client::new(server.url().to_owned()).with_bearer("not-a-jwt");
+    let refused = stranger.call_tool("getWatchlist", json!({})).await;
+    assert_eq!(refused.status.as_u16(), 401, "{}", refused.body_text());
     let carol = server.user("carol");
     assert!(
         carol.watchlist().await.is_empty(),

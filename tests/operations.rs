@@ -482,6 +482,20 @@ async fn behind_nginx_loopback_replicas_serve_a_public_name_only_when_it_is_allo
         } else {
             assert!(body.contains("\"result\""), "{body}");
         }
+        // The replicas' metrics (no token asked) are not served to the public through nginx.
+        let metrics = |base: String| {
+            let url = base.replace("/mcp", "/metrics");
+            async move {
+                let answer = reqwest::Client::new().get(&url).send().await;
+                answer.expect("metrics answer").status().as_u16()
+            }
+        };
+        let direct = format!("http://{}/mcp", replicas.addresses()[0]);
+        assert_eq!(
+            (metrics(direct).await, metrics(balancer.url()).await),
+            (200, 404),
+            "metrics from the replica, then through nginx"
+        );
         balancer.stop().await;
     }
 }

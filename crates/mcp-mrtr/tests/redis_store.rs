@@ -8,7 +8,7 @@ use std::time::Duration;
 use mcp_mrtr::mrtr::StateSealer;
 use serde_json::json;
 use support::net::shared_redis_url;
-use support::redis::PrivateRedis;
+use support::redis::{PrivateRedis, SilenceableProxy};
 use support::{ServerOptions, TestServer, accept};
 
 async fn replica(keys: &str, redis: String) -> TestServer {
@@ -125,6 +125,12 @@ async fn a_redis_outage_gives_a_clear_error_and_service_returns_with_redis() {
     assert_eq!(new_call.error_code(), -32603, "asking needs the store too");
 
     redis.restart();
+    completes_a_call_once_service_returns(&client, "once Redis is back").await;
+}
+
+/// Calls `greet` every 200 ms until it is served (10 s at most), then completes that call:
+/// service has returned, `when`.
+async fn completes_a_call_once_service_returns(client: &support::Client, when: &str) {
     let mut recovered = None;
     for _ in 0..50 {
         let reply = client.call_tool("greet", json!({})).await;
@@ -134,7 +140,7 @@ async fn a_redis_outage_gives_a_clear_error_and_service_returns_with_redis() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let round1 = recovered.expect("service returns once Redis is back");
+    let round1 = recovered.unwrap_or_else(|| panic!("service returns {when}"));
     let state = round1.result()["requestState"]
         .as_str()
         .expect("a state")
@@ -148,6 +154,66 @@ async fn a_redis_outage_gives_a_clear_error_and_service_returns_with_redis() {
         )
         .await;
     assert_eq!(done.text(), "Hello, Lin!");
+}
+
+/// A Redis connection that falls silent (the server's address moved, a firewall dropped the
+/// flow: no reset comes) is opened anew after a call times out on it, so service returns within
+/// seconds rather than when the kernel gives up on the socket.
+#[tokio::test]
+async fn a_redis_connection_fallen_silent_is_opened_anew() {
+    let shared: url::Url = shared_redis_url().parse().expect("the shared Redis URL");
+    let proxy = SilenceableProxy::start(shared.port().unwrap_or(6379)).await;
+    let server = TestServer::start_with(ServerOptions {
+        redis_url: Some(format!("redis://127.0.0.1:{}", proxy.port)),
+        ..ServerOptions::default()
+    })
+    .await;
+    let client = server.client();
+    let before = client.call_tool("greet", json!({})).await;
+    assert_eq!(before.result()["resultType"], "input_required");
+
+    proxy.silence();
+    let silent = client.call_tool("greet", json!({})).await;
+    assert_eq!(silent.error_code(), -32603, "{}", silent.body_text());
+
+    completes_a_call_once_service_returns(&client, "over a new connection within seconds").await;
+}
+
+/// Deployments sharing a Redis under the same prefix but kept apart by their database numbers
+/// do not hear each other's events: pub/sub knows no databases, so the number is in the channel.
+#[tokio::test]
+async fn event_relays_on_two_databases_do_not_hear_each_other() {
+    let prefix = format!("dbs-{}:", support::net::random_hex(6));
+    let relay_on = |db: u8| {
+        let mut url: url::Url = shared_redis_url().parse().expect("the shared Redis URL");
+        url.set_path(&format!("/{db}"));
+        let config = mcp_mrtr::store::RedisStoreConfig {
+            url: url.to_string(),
+            prefix: prefix.clone(),
+            timeout: Duration::from_secs(2),
+            cluster: false,
+        };
+        async move {
+            mcp_mrtr::store::RedisEventRelay::connect(&config, "events")
+                .await
+                .expect("a relay")
+        }
+    };
+    let mut first = relay_on(1).await;
+    let mut second = relay_on(2).await;
+    assert_ne!(first.channel(), second.channel());
+    assert_eq!(
+        first.publish(b"Utest://one").await.expect("published"),
+        1,
+        "only the first deployment's relay hears it"
+    );
+    let heard = tokio::time::timeout(Duration::from_secs(2), first.next_message()).await;
+    assert_eq!(heard.ok().flatten().as_deref(), Some(&b"Utest://one"[..]));
+    let overheard = tokio::time::timeout(Duration::from_millis(300), second.next_message()).await;
+    assert!(
+        overheard.is_err(),
+        "the other database's relay heard {overheard:?}"
+    );
 }
 
 #[tokio::test]

@@ -21,8 +21,9 @@
 //!
 //! It is a test client: what a server answers is read by accessors that panic, quoting the body,
 //! when the answer is not what the test expects, and a server that cannot be reached panics too.
-//! Every successful structured tool result is checked against the tool's declared
-//! `outputSchema` (read once from `tools/list`), and [`Client::observe`] sees every message.
+//! A tool call mirrors the tool's `x-mcp-header` parameters into `Mcp-Param-*` headers, and
+//! every successful structured tool result is checked against the tool's declared
+//! `outputSchema` (both read once from `tools/list`); [`Client::observe`] sees every message.
 
 mod conversation;
 mod reply;
@@ -35,6 +36,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+
+use crate::registry::{HeaderParam, header_params};
 
 pub use conversation::{Conversation, canned};
 pub use reply::Reply;
@@ -82,6 +85,23 @@ pub fn accept(content: Value) -> Value {
     json!({"action": "accept", "content": content})
 }
 
+/// A tool of a `tools/list` result, by name.
+fn listed(tool: &Value) -> Option<(String, ListedTool)> {
+    let name = tool.get("name")?.as_str()?.to_owned();
+    let header_params = tool
+        .get("inputSchema")
+        .and_then(|schema| header_params(schema).ok())
+        .unwrap_or_default();
+    let output_schema = tool.get("outputSchema").cloned();
+    Some((
+        name,
+        ListedTool {
+            output_schema,
+            header_params,
+        },
+    ))
+}
+
 /// A 2026-07-28 client over reqwest. Cloning shares the connection pools.
 #[derive(Clone)]
 pub struct Client {
@@ -96,8 +116,19 @@ pub struct Client {
     client_info: Value,
     /// Called with the request's method and each message the server sends.
     observer: Option<Observer>,
-    /// Each listed tool's `outputSchema`, read from `tools/list` on the first structured result.
-    output_schemas: Arc<tokio::sync::OnceCell<HashMap<String, Value>>>,
+    /// What `tools/list` says of each tool, read before the first tool call.
+    listed_tools: Arc<tokio::sync::OnceCell<HashMap<String, ListedTool>>>,
+}
+
+/// What a client needs to know of a listed tool to call it and check its answers.
+#[derive(Clone, Default)]
+pub(crate) struct ListedTool {
+    /// The `outputSchema` its structured results must fit.
+    pub(crate) output_schema: Option<Value>,
+    /// The arguments mirrored into `Mcp-Param-*` headers. None when its annotations break the
+    /// transport's rules: a real client drops such a tool; this one calls it without them, for
+    /// the test to see what the server says.
+    pub(crate) header_params: Vec<HeaderParam>,
 }
 
 impl Client {
@@ -119,7 +150,7 @@ impl Client {
             headers: Vec::new(),
             client_info: json!({"name": "mcp-mrtr-client", "version": env!("CARGO_PKG_VERSION")}),
             observer: None,
-            output_schemas: Arc::default(),
+            listed_tools: Arc::default(),
         }
     }
 
@@ -170,17 +201,23 @@ impl Client {
         RpcRequest::new(self, method)
     }
 
-    /// The `outputSchema` `tool` declares, if it is listed with one. The list is read once per
-    /// client, before its first tool call, so it never lands between the rounds a test counts.
-    pub(super) async fn output_schema(&self, tool: &str) -> Option<Value> {
-        let schemas = self
-            .output_schemas
-            .get_or_init(|| async {
+    /// What `tools/list` says of `tool`. The list is read once per client, before its first
+    /// tool call, so it never lands between the rounds a test counts. A list the server refuses
+    /// (a bad token, say) is not kept, and the call goes out unchecked for the test to see what
+    /// the server says of it.
+    pub(super) async fn listed_tool(&self, tool: &str) -> Option<ListedTool> {
+        let listing = self
+            .listed_tools
+            .get_or_try_init(|| async {
                 // Read directly rather than through `send`, which is what called us. A balancer
                 // in front of a replica going down may answer a moment with its own error page.
                 let mut attempts = 1;
                 let body: Value = loop {
                     let answer = self.request("tools/list").response(REQUEST_TIMEOUT).await;
+                    if answer.status().is_client_error() {
+                        // Refused (a bad token, say): asking again changes nothing.
+                        return Err(());
+                    }
                     match answer.json().await {
                         Ok(body) => break body,
                         Err(e) if attempts == LIST_ATTEMPTS => {
@@ -192,18 +229,12 @@ impl Client {
                         }
                     }
                 };
-                body["result"]["tools"]
-                    .as_array()
-                    .unwrap_or_else(|| panic!("tools/list without tools: {body}"))
-                    .iter()
-                    .filter_map(|tool| {
-                        let name = tool.get("name")?.as_str()?.to_owned();
-                        Some((name, tool.get("outputSchema")?.clone()))
-                    })
-                    .collect()
+                let tools = body["result"]["tools"].as_array().ok_or(())?;
+                Ok::<_, ()>(tools.iter().filter_map(listed).collect())
             })
-            .await;
-        schemas.get(tool).cloned()
+            .await
+            .ok()?;
+        listing.get(tool).cloned()
     }
 
     /// `tools/call` of `name` with `arguments`: the first round of an MRTR call.

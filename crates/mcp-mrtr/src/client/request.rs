@@ -1,6 +1,6 @@
 //! One JSON-RPC POST being built and sent: valid by default (a fresh id, full `_meta`, the
-//! routing headers mirrored from the body), every part overridable to build a request a server
-//! must refuse.
+//! routing headers mirrored from the body, `Mcp-Param-*` included), every part overridable to
+//! build a request a server must refuse.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -11,11 +11,12 @@ use serde_json::{Map, Value, json};
 
 use super::reply::Reply;
 use super::sse::{EventStream, SseParser};
-use super::{Client, default_capabilities, fresh_id};
+use super::{Client, ListedTool, default_capabilities, fresh_id};
 use crate::protocol::Method;
 use crate::protocol::version::{
     META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION, MODERN,
 };
+use crate::transport::encode_header_value;
 
 /// One JSON-RPC POST being built. Every option has a default that makes a valid request.
 pub struct RpcRequest<'c> {
@@ -32,6 +33,8 @@ pub struct RpcRequest<'c> {
     extra_header_lines: Vec<(String, String)>,
     raw_body: Option<Vec<u8>>,
     lowercase_header_names: bool,
+    /// The `Mcp-Param-*` headers of a tool call, mirrored from its arguments before it is sent.
+    mirrored_params: Vec<(String, String)>,
 }
 
 impl<'c> RpcRequest<'c> {
@@ -49,6 +52,7 @@ impl<'c> RpcRequest<'c> {
             extra_header_lines: Vec::new(),
             raw_body: None,
             lowercase_header_names: false,
+            mirrored_params: Vec::new(),
         }
     }
 
@@ -192,7 +196,10 @@ impl<'c> RpcRequest<'c> {
             .and_then(|field| self.params.get(field))
             .and_then(Value::as_str)
         {
-            set("mcp-name", value);
+            set("mcp-name", &encode_header_value(value));
+        }
+        for (name, value) in &self.mirrored_params {
+            set(name, value);
         }
         for (name, value) in &self.client.headers {
             set(name, value);
@@ -235,18 +242,40 @@ impl<'c> RpcRequest<'c> {
             .unwrap_or_else(|e| panic!("POST {} {} failed: {e}", self.client.url, self.method))
     }
 
+    /// For a tool call, what `tools/list` says of the tool, with the tool's `x-mcp-header`
+    /// arguments mirrored into `Mcp-Param-*` headers (a null or absent one is left out).
+    async fn look_up_tool(&mut self) -> Option<(String, ListedTool)> {
+        if self.method != Method::ToolsCall.as_str() {
+            return None;
+        }
+        let name = self.params.get("name").and_then(Value::as_str)?.to_owned();
+        let listed = self.client.listed_tool(&name).await?;
+        let arguments = self.params.get("arguments");
+        self.mirrored_params = listed
+            .header_params
+            .iter()
+            .filter_map(|param| {
+                let value = param
+                    .path
+                    .iter()
+                    .try_fold(arguments?, |value, key| value.get(key))?;
+                let text = match value {
+                    Value::String(text) => text.clone(),
+                    Value::Bool(_) | Value::Number(_) => value.to_string(),
+                    _ => return None,
+                };
+                let header = format!("mcp-param-{}", param.header.to_ascii_lowercase());
+                Some((header, encode_header_value(&text).into_owned()))
+            })
+            .collect();
+        Some((name, listed))
+    }
+
     /// Sends the request and reads the whole response. Every message in it goes to the client's
     /// observer ([`Client::observe`](super::Client::observe)), and a tool's structured content is
     /// checked against the tool's `outputSchema`.
-    pub async fn send(self) -> Reply {
-        let tool = match self.method.as_str() {
-            m if m == Method::ToolsCall.as_str() => self.params.get("name").and_then(Value::as_str),
-            _ => None,
-        };
-        let output_schema = match tool {
-            Some(tool) => self.client.output_schema(tool).await.map(|s| (tool, s)),
-            None => None,
-        };
+    pub async fn send(mut self) -> Reply {
+        let tool = self.look_up_tool().await;
         let sent = Bytes::from(self.body());
         let response = self.response(super::REQUEST_TIMEOUT).await;
         let status = response.status();
@@ -262,8 +291,8 @@ impl<'c> RpcRequest<'c> {
             .to_ascii_lowercase();
         let messages = if content_type.starts_with("text/event-stream") {
             let mut parser = SseParser::default();
-            let mut messages = parser.push(&body);
-            messages.extend(parser.finish());
+            let messages = parser.push(&body);
+            parser.finish();
             messages
         } else if body.is_empty() {
             Vec::new()
@@ -282,7 +311,8 @@ impl<'c> RpcRequest<'c> {
         }
         // A successful structured result must fit the tool's declared outputSchema.
         let result = messages.iter().find_map(|m| m.get("result"));
-        if let (Some((tool, declared)), Some(result)) = (&output_schema, result)
+        if let (Some((tool, listed)), Some(result)) = (&tool, result)
+            && let Some(declared) = &listed.output_schema
             && let Some(structured) = result.get("structuredContent")
             && result.get("isError") != Some(&json!(true))
         {
@@ -300,7 +330,8 @@ impl<'c> RpcRequest<'c> {
     }
 
     /// Sends the request and returns the response as a stream of messages, read as they come.
-    pub async fn open_stream(self) -> EventStream {
+    pub async fn open_stream(mut self) -> EventStream {
+        self.look_up_tool().await;
         let response = self.response(Duration::from_secs(120)).await;
         EventStream {
             method: self.method,

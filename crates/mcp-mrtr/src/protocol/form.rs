@@ -1,22 +1,27 @@
 //! Accepted form content checked against the form's requested schema, as the elicitation spec
 //! asks servers to ("validate received data matches the requested schema"). A form schema is flat:
-//! each property is a string (with a length, or one of `enum` / `oneOf` consts), a number or
-//! integer (with bounds), a boolean, or an array of strings chosen from a list. Each value the
-//! client sent for a declared property is checked; properties the schema does not declare, and
-//! keywords beyond those (`format`, `default`, `enumNames`), are left alone. Required properties
-//! left out, or sent as null (as some forms send an untouched field), are not refused here: an
-//! empty form is an answer the handler decides about (it may take a fallback or ask again).
+//! each property is a string (with a length, a `format`, or one of `enum` / `oneOf` consts), a
+//! number or integer (with bounds), a boolean, or an array of strings chosen from a list. Each
+//! value the client sent for a declared property is checked; properties the schema does not
+//! declare, and keywords that do not constrain (`default`, `enumNames`), are left alone.
+//! Required properties left out, or sent as null (as some forms send an untouched field), are
+//! not refused here: an empty form is an answer the handler decides about (it may take a
+//! fallback or ask again). A `date-time` is RFC 3339's, with its offset: a browser's
+//! `datetime-local` value (`2026-12-07T10:00`) is not one.
 
-use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use serde_json::{Map, Value, json};
 
 /// Most choices an error message lists.
 const CHOICES_LISTED: usize = 10;
 
 /// Why `schema` is not a form a server may ask with, if it is not: the spec's forms are flat, an
 /// object whose properties are each a string, a number, an integer, a boolean, or a list of
-/// strings chosen from an `enum` or `anyOf` / `oneOf` consts (a string's own choices are strings
-/// too). Keywords beyond the structure (`format`, bounds, titles, defaults) are left to the
-/// client, which renders them.
+/// strings chosen from an `enum` or titled `anyOf` consts (a string's own choices are strings
+/// too). The keywords the wire schema gives a kind (`title`, `description`, `default`,
+/// `format`, bounds) must hold values of the kind it says; others are left to the client.
 pub fn not_a_form(schema: &Value) -> Option<String> {
     let Some(schema) = schema.as_object() else {
         return Some("requestedSchema must be a JSON object".into());
@@ -40,54 +45,129 @@ pub fn not_a_form(schema: &Value) -> Option<String> {
     })
 }
 
+/// A keyword of a field, the kind of value the wire schema gives it, and a test of that kind.
+type Keyword = (&'static str, &'static str, fn(&Value) -> bool);
+
+/// Keywords every kind of field may carry.
+const LABELS: [Keyword; 2] = [
+    ("title", "a string", Value::is_string),
+    ("description", "a string", Value::is_string),
+];
+
 /// Why a property's schema is not one a form can hold, if it is not.
-fn not_a_field(property: &Value) -> Option<&'static str> {
+fn not_a_field(property: &Value) -> Option<String> {
     let Some(property) = property.as_object() else {
-        return Some("must be a JSON object");
+        return Some("must be a JSON object".into());
     };
-    match property.get("type") {
+    let keywords: &[Keyword] = match property.get("type") {
         Some(Value::String(kind)) if kind == "string" => {
-            (!string_choices(property)).then_some("offers choices that are not strings")
+            if !string_choices(property) {
+                return Some("offers choices that are not strings".into());
+            }
+            &[
+                ("default", "a string", Value::is_string),
+                ("minLength", "an integer", is_integer),
+                ("maxLength", "an integer", is_integer),
+                ("format", "one of date, date-time, email, uri", |format| {
+                    matches!(
+                        format.as_str(),
+                        Some("date" | "date-time" | "email" | "uri")
+                    )
+                }),
+                ("enumNames", "a list of strings", is_string_list),
+            ]
         }
-        Some(Value::String(kind)) if matches!(kind.as_str(), "number" | "integer" | "boolean") => {
-            None
+        Some(Value::String(kind)) if matches!(kind.as_str(), "number" | "integer") => &[
+            ("default", "a number", Value::is_number),
+            ("minimum", "a number", Value::is_number),
+            ("maximum", "a number", Value::is_number),
+        ],
+        Some(Value::String(kind)) if kind == "boolean" => {
+            &[("default", "true or false", Value::is_boolean)]
         }
         Some(Value::String(kind)) if kind == "array" => {
             let Some(items) = property.get("items").and_then(Value::as_object) else {
-                return Some("is a list without \"items\" to choose from");
+                return Some("is a list without \"items\" to choose from".into());
             };
-            let strings = items.get("type").is_none_or(|kind| kind == "string");
-            let listed = ["enum", "oneOf", "anyOf"]
-                .iter()
-                .any(|keyword| items.contains_key(*keyword));
-            (!strings || !listed || !string_choices(items))
-                .then_some("is a list, which a form holds only as strings chosen from a list")
+            if !(untitled_choices(items) || titled_choices(items)) {
+                return Some(
+                    "is a list, which a form holds only as strings chosen from an enum or from titled anyOf consts"
+                        .into(),
+                );
+            }
+            &[
+                ("default", "a list of strings", is_string_list),
+                ("minItems", "an integer", is_integer),
+                ("maxItems", "an integer", is_integer),
+            ]
         }
-        Some(_) => Some(
-            "has a type a form cannot hold (string, number, integer, boolean, or a list of choices)",
-        ),
-        None => Some("has no \"type\""),
-    }
+        Some(_) => {
+            return Some(
+                "has a type a form cannot hold (string, number, integer, boolean, or a list of choices)"
+                    .into(),
+            );
+        }
+        None => return Some("has no \"type\"".into()),
+    };
+    LABELS
+        .iter()
+        .chain(keywords)
+        .find_map(|(keyword, kind, fits)| {
+            let value = property.get(*keyword)?;
+            (!fits(value)).then(|| format!("has a \"{keyword}\" that is not {kind}"))
+        })
 }
 
-/// Whether the choices a schema lists, if any, are strings: each `enum` value, and each `oneOf` /
-/// `anyOf` branch a `{"const": "…"}` (with a title, say), not a schema of its own.
+/// Whether a string field's choices, if it lists any, are strings: each `enum` value, and each
+/// `oneOf` / `anyOf` branch a `{"const": "…"}` (titled or not: the wire's plain string field
+/// takes both), not a schema of its own.
 fn string_choices(schema: &Map<String, Value>) -> bool {
-    let listed_strings = |keyword: &str, is_choice: fn(&Value) -> bool| {
-        schema.get(keyword).is_none_or(|listed| {
-            listed
-                .as_array()
-                .is_some_and(|all| all.iter().all(is_choice))
-        })
-    };
-    listed_strings("enum", Value::is_string)
+    schema.get("enum").is_none_or(is_string_list)
         && ["oneOf", "anyOf"].iter().all(|keyword| {
-            listed_strings(keyword, |branch| {
-                branch.get("const").is_some_and(Value::is_string)
-                    && branch.get("type").is_none_or(|kind| kind == "string")
-                    && branch.get("properties").is_none()
-            })
+            schema
+                .get(*keyword)
+                .is_none_or(|listed| is_const_list(listed, false))
         })
+}
+
+/// The items of an untitled multi-select: `{"type": "string", "enum": [...]}`.
+fn untitled_choices(items: &Map<String, Value>) -> bool {
+    items.get("type").is_some_and(|kind| kind == "string")
+        && items.get("enum").is_some_and(is_string_list)
+}
+
+/// The items of a titled multi-select: `{"anyOf": [{"const": "…", "title": "…"}, ...]}`.
+fn titled_choices(items: &Map<String, Value>) -> bool {
+    items
+        .get("anyOf")
+        .is_some_and(|listed| is_const_list(listed, true))
+        && items.get("type").is_none_or(|kind| kind == "string")
+        && !items.contains_key("oneOf")
+}
+
+/// A list of string consts, each `{"const": "…", "title": "…"}`, the title a string when given
+/// and given when `titled`.
+fn is_const_list(listed: &Value, titled: bool) -> bool {
+    listed.as_array().is_some_and(|all| {
+        all.iter().all(|branch| {
+            let title = branch.get("title");
+            branch.get("const").is_some_and(Value::is_string)
+                && title.map_or(!titled, Value::is_string)
+                && branch.get("type").is_none_or(|kind| kind == "string")
+                && branch.get("properties").is_none()
+        })
+    })
+}
+
+fn is_string_list(value: &Value) -> bool {
+    value
+        .as_array()
+        .is_some_and(|all| all.iter().all(Value::is_string))
+}
+
+/// An integer as JSON Schema counts them: a number without a fraction (`2.0` is one).
+fn is_integer(value: &Value) -> bool {
+    value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|n| n.fract() == 0.0)
 }
 
 /// Why `content` does not fit `schema` (the first value found that does not), naming the
@@ -118,6 +198,12 @@ fn value_misfit(property: &Map<String, Value>, value: &Value) -> Option<String> 
             }
             if let Some(most) = bound(property, "maxLength").filter(|most| length > *most as u64) {
                 return Some(format!("must be at most {most} characters long"));
+            }
+            if let Some(format) = property.get("format").and_then(Value::as_str)
+                && let Some(checker) = FORMATS.get(format)
+                && !checker.is_valid(value)
+            {
+                return Some(format!("must be a valid {format}"));
             }
             not_among(&choices(property), value)
         }
@@ -164,6 +250,20 @@ fn value_misfit(property: &Map<String, Value>, value: &Value) -> Option<String> 
         _ => None,
     }
 }
+
+/// A checker of each `format` a form's string may have, as JSON Schema defines them.
+static FORMATS: LazyLock<HashMap<&'static str, jsonschema::Validator>> = LazyLock::new(|| {
+    ["date", "date-time", "email", "uri"]
+        .into_iter()
+        .map(|format| {
+            let checker = jsonschema::options()
+                .should_validate_formats(true)
+                .build(&json!({"type": "string", "format": format}))
+                .unwrap_or_else(|e| unreachable!("a fixed schema compiles: {e}"));
+            (format, checker)
+        })
+        .collect()
+});
 
 /// A numeric keyword of the property.
 fn bound(property: &Map<String, Value>, keyword: &str) -> Option<f64> {
@@ -241,8 +341,13 @@ mod tests {
                 "score": {"type": "number", "maximum": 10},
                 "agree": {"type": "boolean"},
                 "colours": {"type": "array", "maxItems": 2,
-                            "items": {"anyOf": [{"const": "red"}, {"const": "blue"}]}},
+                            "items": {"anyOf": [{"const": "red", "title": "Red"},
+                                                {"const": "blue", "title": "Blue"}]}},
                 "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
+                "email": {"type": "string", "format": "email"},
+                "site": {"type": "string", "format": "uri"},
+                "born": {"type": "string", "format": "date"},
+                "at": {"type": "string", "format": "date-time"},
             },
             "required": ["name"]
         })
@@ -261,7 +366,9 @@ mod tests {
             misfit_of(
                 json!({"name": "Ana", "status": "WATCHED", "size": "M", "age": 30,
                              "score": 9.5, "agree": true, "colours": ["red", "blue"],
-                             "tags": ["b"], "extra": {"nested": 1}})
+                             "tags": ["b"], "extra": {"nested": 1}, "email": "ana@example.org",
+                             "site": "https://example.org/a?b=c", "born": "2024-02-29",
+                             "at": "2026-12-07T10:00:00Z"})
             ),
             None
         );
@@ -272,14 +379,10 @@ mod tests {
         let legacy = json!({"type": "object", "properties": {
             "when": {"type": "string", "format": "date", "default": "2026-01-01"},
             "pick": {"type": "string", "enum": ["opt1", "opt2"], "enumNames": ["One", "Two"]}}});
-        let Value::Object(content) = json!({"when": "soon", "pick": "opt2"}) else {
+        let Value::Object(content) = json!({"when": "2026-12-07", "pick": "opt2"}) else {
             panic!("an object");
         };
-        assert_eq!(
-            misfit(&legacy, &content),
-            None,
-            "format and enumNames are not checked"
-        );
+        assert_eq!(misfit(&legacy, &content), None, "enumNames is not checked");
     }
 
     #[test]
@@ -339,7 +442,7 @@ mod tests {
             (
                 json!({"type": "object", "properties": {"tags": {"type": "array",
                     "items": {"type": "string"}}}}),
-                "requestedSchema's property tags is a list, which a form holds only as strings chosen from a list",
+                "requestedSchema's property tags is a list, which a form holds only as strings chosen from an enum or from titled anyOf consts",
             ),
             (
                 json!({"type": "object", "properties": {"size": {"type": "string",
@@ -348,8 +451,8 @@ mod tests {
             ),
             (
                 json!({"type": "object", "properties": {"tags": {"type": "array",
-                    "items": {"anyOf": [{"const": "a"}, {"type": "object", "properties": {}}]}}}}),
-                "requestedSchema's property tags is a list, which a form holds only as strings chosen from a list",
+                    "items": {"anyOf": [{"const": "a", "title": "A"}, {"type": "object", "properties": {}}]}}}}),
+                "requestedSchema's property tags is a list, which a form holds only as strings chosen from an enum or from titled anyOf consts",
             ),
             (
                 json!({"type": "object", "properties": {"name": {"type": ["string", "null"]}}}),
@@ -358,11 +461,84 @@ mod tests {
             (
                 json!({"type": "object", "properties": {"points": {"type": "array",
                     "items": {"type": "object", "enum": [{"x": 1}]}}}}),
-                "requestedSchema's property points is a list, which a form holds only as strings chosen from a list",
+                "requestedSchema's property points is a list, which a form holds only as strings chosen from an enum or from titled anyOf consts",
             ),
         ] {
             assert_eq!(not_a_form(&schema).as_deref(), Some(why), "{schema}");
         }
+    }
+
+    /// Forms the wire schema refuses (`ElicitRequestFormParams`): multi-select choices without
+    /// titles, by `oneOf` or without a `type` beside their `enum`, keywords of another kind; and
+    /// a `format` other than the four the plain string field names.
+    #[test]
+    fn a_form_the_wire_schema_refuses_is_not_a_form() {
+        let list = "is a list, which a form holds only as strings chosen from an enum or from titled anyOf consts";
+        for (field, why) in [
+            (
+                json!({"type": "array", "items": {"anyOf": [{"const": "red"}]}}),
+                list.to_owned(),
+            ),
+            (
+                json!({"type": "array", "items": {"enum": ["a", "b"]}}),
+                list.to_owned(),
+            ),
+            (
+                json!({"type": "array", "items": {"oneOf": [{"const": "a", "title": "A"}]}}),
+                list.to_owned(),
+            ),
+            (
+                json!({"type": "string", "oneOf": [{"const": "S", "title": 5}]}),
+                "offers choices that are not strings".to_owned(),
+            ),
+            (
+                json!({"type": "string", "format": "ipv4"}),
+                "has a \"format\" that is not one of date, date-time, email, uri".to_owned(),
+            ),
+            (
+                json!({"type": "string", "minLength": 2.5}),
+                "has a \"minLength\" that is not an integer".to_owned(),
+            ),
+            (
+                json!({"type": "number", "default": "x"}),
+                "has a \"default\" that is not a number".to_owned(),
+            ),
+            (
+                json!({"type": "boolean", "default": "yes"}),
+                "has a \"default\" that is not true or false".to_owned(),
+            ),
+            (
+                json!({"type": "string", "title": 5}),
+                "has a \"title\" that is not a string".to_owned(),
+            ),
+            (
+                json!({"type": "array", "maxItems": 1.5,
+                       "items": {"type": "string", "enum": ["a"]}}),
+                "has a \"maxItems\" that is not an integer".to_owned(),
+            ),
+            (
+                json!({"type": "array", "default": "a",
+                       "items": {"type": "string", "enum": ["a"]}}),
+                "has a \"default\" that is not a list of strings".to_owned(),
+            ),
+        ] {
+            let schema = json!({"type": "object", "properties": {"f": field}});
+            assert_eq!(
+                not_a_form(&schema),
+                Some(format!("requestedSchema's property f {why}")),
+                "{schema}"
+            );
+        }
+        let whole =
+            json!({"type": "object", "properties": {"f": {"type": "string", "maxLength": 2.0}}});
+        assert_eq!(not_a_form(&whole), None, "2.0 is an integer");
+        let untitled_single = json!({"type": "object", "properties": {
+            "size": {"type": "string", "oneOf": [{"const": "S"}, {"const": "L", "title": "Large"}]}}});
+        assert_eq!(
+            not_a_form(&untitled_single),
+            None,
+            "a plain string field's choices need no titles"
+        );
     }
 
     #[test]
@@ -422,6 +598,16 @@ mod tests {
                 "colours must have at most 2 selected",
             ),
             (json!({"tags": ["c"]}), "tags must be one of \"a\", \"b\""),
+            (
+                json!({"email": "not an address"}),
+                "email must be a valid email",
+            ),
+            (json!({"site": "no scheme"}), "site must be a valid uri"),
+            (json!({"born": "2026-02-30"}), "born must be a valid date"),
+            (
+                json!({"at": "2026-12-07 10:00"}),
+                "at must be a valid date-time",
+            ),
         ] {
             assert_eq!(
                 misfit_of(content.clone()).as_deref(),

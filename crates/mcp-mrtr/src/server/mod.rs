@@ -479,6 +479,13 @@ impl Server {
             Some(Value::Object(args)) => args.clone(),
             Some(_) => return Err(ProtocolError::invalid_params("arguments must be an object")),
         };
+        // The schema gives prompt arguments as strings; a handler is never handed another type.
+        if let Some((key, _)) = arguments.iter().find(|(_, value)| !value.is_string()) {
+            return Err(ProtocolError::invalid_params(format!(
+                "Prompt argument {} must be a string",
+                excerpt(key)
+            )));
+        }
         let missing = prompt.missing_arguments(&arguments);
         if !missing.is_empty() {
             return Err(ProtocolError::invalid_params(format!(

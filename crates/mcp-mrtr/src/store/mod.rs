@@ -18,8 +18,8 @@ mod tasks;
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
 pub use redis_connection::{
-    Connected as ConnectedRedis, RedisConnection, RedisStoreConfig, connect as connect_redis,
-    query as redis_query,
+    Connected as ConnectedRedis, RedisConnection, RedisStoreConfig, Renewable,
+    connect as connect_redis, query as redis_query,
 };
 pub use redis_events::{RedisEventRelay, RelayPublisher};
 pub use redis_live::DEFAULT_SWEEP_EVERY;

@@ -3,18 +3,24 @@
 //! [`RedisConnection`] reconnects by itself, and every call through [`query`] is bounded by a
 //! timeout.
 //!
-//! On a cluster, the client follows redirections, but a master that died before its replica took
-//! over leaves it retrying the dead address. So a failing or silent call makes the connection
-//! rediscover the cluster from the listed nodes (at most once a second), and the calls after it
-//! reach the new master.
+//! The clients reconnect when a connection fails, but not when it falls silent: a server gone
+//! without a reset (its address moved, a firewall dropping the flow) leaves the socket open
+//! until the kernel gives up, a quarter of an hour later. On a cluster, the client follows
+//! redirections, but a master that died before its replica took over leaves it retrying the dead
+//! address. So a silent call (or, on a cluster, any failing one) makes the connection open anew
+//! (at most once a second) while the calls go on over the old one, and the calls after it reach
+//! the server, or the new master. Sockets also carry TCP keepalives and a bound on unacknowledged
+//! data, so that the kernel notices a dead peer within seconds too.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::io::tcp::{TcpSettings, socket2::TcpKeepalive};
+use redis::{Cmd, IntoConnectionInfo as _, Pipeline, RedisFuture, Value};
 
 use super::StoreError;
 
@@ -34,13 +40,32 @@ pub struct RedisStoreConfig {
 }
 
 impl RedisStoreConfig {
-    /// The node URLs `url` lists.
+    /// The node URLs `url` lists. A comma separates two URLs only where a scheme follows it, so
+    /// one in a password stays part of it.
     pub(super) fn nodes(&self) -> Vec<&str> {
-        self.url
-            .split(',')
-            .map(str::trim)
+        let mut nodes = Vec::new();
+        let mut rest = self.url.as_str();
+        while let Some(comma) = rest
+            .match_indices(',')
+            .map(|(at, _)| at)
+            .find(|&at| names_a_scheme(&rest[at + 1..]))
+        {
+            nodes.push(&rest[..comma]);
+            rest = &rest[comma + 1..];
+        }
+        nodes.push(rest);
+        // A comma before nothing, or before another comma, separates nothing.
+        nodes
+            .into_iter()
+            .map(|node| node.trim().trim_end_matches([',', ' ']).trim())
             .filter(|node| !node.is_empty())
             .collect()
+    }
+
+    /// The client of one listed node, its sockets set to notice a dead peer.
+    pub(super) fn node_client(&self, node: &str) -> redis::RedisResult<redis::Client> {
+        let info = node.into_connection_info()?;
+        redis::Client::open(info.set_tcp_settings(tcp_settings(self.timeout)))
     }
 
     /// Whether this is said to be a Redis Cluster: several nodes listed, or the flag set. (A single
@@ -50,83 +75,151 @@ impl RedisStoreConfig {
     }
 }
 
+/// Whether `text` starts with a Redis URL scheme.
+fn names_a_scheme(text: &str) -> bool {
+    let text = text.trim_start();
+    [
+        "redis://",
+        "rediss://",
+        "redis+unix://",
+        "unix://",
+        "valkey://",
+        "valkeys://",
+    ]
+    .iter()
+    .any(|scheme| {
+        text.get(..scheme.len())
+            .is_some_and(|start| start.eq_ignore_ascii_case(scheme))
+    })
+}
+
+/// Socket settings that notice a dead peer: keepalive probes on an idle connection, and a bound
+/// on how long sent data may go unacknowledged (a few timeouts, at least ten seconds, so that a
+/// slow answer is not mistaken for a dead server). No Nagle delay on small commands.
+pub(super) fn tcp_settings(timeout: Duration) -> TcpSettings {
+    let keepalive = TcpKeepalive::new()
+        .with_time(Duration::from_secs(10))
+        .with_interval(Duration::from_secs(5))
+        .with_retries(3);
+    let settings = TcpSettings::default()
+        .set_nodelay(true)
+        .set_keepalive(keepalive);
+    // The bound on unacknowledged data is a Linux socket option.
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    let settings = settings.set_user_timeout((timeout * 5).max(Duration::from_secs(10)));
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "fuchsia")))]
+    let _ = timeout;
+    settings
+}
+
 /// A connection to one Redis server or to a Redis Cluster; cheap to clone.
 #[derive(Clone)]
 pub enum RedisConnection {
-    /// One server, through a connection that reconnects by itself.
-    Single(ConnectionManager),
+    /// One server, through a connection that reconnects by itself when it fails, and is opened
+    /// anew when it falls silent.
+    Single(Arc<Renewable<ConnectionManager>>),
     /// A cluster, through a connection that is rebuilt when the cluster changed under it.
-    Cluster(Arc<Cluster>),
+    Cluster(Arc<Renewable<ClusterConnection>>),
 }
 
-/// The connection to a cluster, and what it takes to rediscover the cluster.
-pub struct Cluster {
-    client: redis::cluster::ClusterClient,
-    current: Mutex<ClusterConnection>,
-    rediscovering: AtomicBool,
-    /// Milliseconds after `clock` when the last rediscovery started.
-    last_rediscovery: AtomicU64,
+/// How a connection is opened anew.
+type Open<C> = Box<dyn Fn() -> BoxFuture<'static, redis::RedisResult<C>> + Send + Sync>;
+
+/// A connection, and what it takes to open it anew when calls on it go wrong.
+pub struct Renewable<C> {
+    current: Mutex<C>,
+    open: Open<C>,
+    /// What is opened anew, for the log.
+    what: &'static str,
+    renewing: AtomicBool,
+    /// Milliseconds after `clock` when the last renewal started, plus one (0: none yet).
+    last_renewal: AtomicU64,
     clock: Instant,
 }
 
-/// The least time between two rediscoveries of a cluster.
-const REDISCOVERY_INTERVAL: Duration = Duration::from_secs(1);
+/// The least time between two renewals of a connection.
+const RENEWAL_INTERVAL: Duration = Duration::from_secs(1);
 
-impl Cluster {
-    fn connection(&self) -> ClusterConnection {
+impl<C: Clone + Send + 'static> Renewable<C> {
+    fn new(current: C, what: &'static str, open: Open<C>) -> Arc<Self> {
+        Arc::new(Self {
+            current: Mutex::new(current),
+            open,
+            what,
+            renewing: AtomicBool::new(false),
+            last_renewal: AtomicU64::new(0),
+            clock: Instant::now(),
+        })
+    }
+
+    fn connection(&self) -> C {
         self.current
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
     }
 
-    /// A call failed or did not answer: rediscover the cluster in the background, unless that
-    /// was done less than [`REDISCOVERY_INTERVAL`] ago or is under way.
+    /// A call went wrong: open the connection anew in the background, unless that was done
+    /// less than [`RENEWAL_INTERVAL`] ago or is under way.
     fn suspect(self: &Arc<Self>) {
-        let now = u64::try_from(self.clock.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let last = self.last_rediscovery.load(Ordering::Relaxed);
-        let interval = u64::try_from(REDISCOVERY_INTERVAL.as_millis()).unwrap_or(u64::MAX);
-        if now.saturating_sub(last) < interval || self.rediscovering.swap(true, Ordering::AcqRel) {
+        let now = u64::try_from(self.clock.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        let last = self.last_renewal.load(Ordering::Relaxed);
+        let interval = u64::try_from(RENEWAL_INTERVAL.as_millis()).unwrap_or(u64::MAX);
+        let recent = last != 0 && now.saturating_sub(last) < interval;
+        if recent || self.renewing.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.last_rediscovery.store(now, Ordering::Relaxed);
-        let cluster = self.clone();
+        self.last_renewal.store(now, Ordering::Relaxed);
+        let renewable = self.clone();
         tokio::spawn(async move {
-            match cluster.client.get_async_connection().await {
+            match (renewable.open)().await {
                 Ok(fresh) => {
-                    *cluster
+                    *renewable
                         .current
                         .lock()
                         .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh;
-                    tracing::info!("Redis Cluster topology rediscovered");
+                    tracing::info!("{} opened anew", renewable.what);
                 }
-                Err(e) => tracing::warn!("rediscovering the Redis Cluster failed: {e}"),
+                Err(e) => tracing::warn!("opening the {} anew failed: {e}", renewable.what),
             }
-            cluster.rediscovering.store(false, Ordering::Release);
+            renewable.renewing.store(false, Ordering::Release);
         });
     }
 }
 
 impl RedisConnection {
-    /// Awaits a call on this connection for at most `timeout`; on a cluster, a failure or a
-    /// silence makes the connection rediscover the cluster.
+    /// Awaits a call on this connection for at most `timeout`. A silence makes the connection
+    /// open anew; on a cluster, so does a failure (the cluster may have changed under it).
     pub async fn bounded<T>(
         &self,
         timeout: Duration,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
-        let outcome = bounded(timeout, call).await;
-        if let (Err(_), Self::Cluster(cluster)) = (&outcome, self) {
-            cluster.suspect();
+        let outcome = tokio::time::timeout(timeout, call).await;
+        // The client's own response timeout is as long as ours and often fires first.
+        let silent = match &outcome {
+            Err(_) => true,
+            Ok(Err(e)) => e.is_timeout(),
+            Ok(Ok(_)) => false,
+        };
+        match (&outcome, self) {
+            (_, Self::Single(single)) if silent => single.suspect(),
+            (Err(_) | Ok(Err(_)), Self::Cluster(cluster)) => cluster.suspect(),
+            _ => {}
         }
-        outcome
+        settled(timeout, outcome)
     }
 }
 
 impl ConnectionLike for RedisConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Self::Single(connection) => connection.req_packed_command(cmd),
+            Self::Single(single) => {
+                let mut connection = single.connection();
+                Box::pin(async move { connection.req_packed_command(cmd).await })
+            }
             Self::Cluster(cluster) => {
                 let mut connection = cluster.connection();
                 Box::pin(async move { connection.req_packed_command(cmd).await })
@@ -141,7 +234,14 @@ impl ConnectionLike for RedisConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Self::Single(connection) => connection.req_packed_commands(pipeline, offset, count),
+            Self::Single(single) => {
+                let mut connection = single.connection();
+                Box::pin(async move {
+                    connection
+                        .req_packed_commands(pipeline, offset, count)
+                        .await
+                })
+            }
             Self::Cluster(cluster) => {
                 let mut connection = cluster.connection();
                 Box::pin(async move {
@@ -155,7 +255,7 @@ impl ConnectionLike for RedisConnection {
 
     fn get_db(&self) -> i64 {
         match self {
-            Self::Single(connection) => connection.get_db(),
+            Self::Single(single) => single.connection().get_db(),
             Self::Cluster(cluster) => cluster.connection().get_db(),
         }
     }
@@ -184,7 +284,7 @@ pub async fn connect(config: &RedisStoreConfig) -> Result<Connected, StoreError>
     let nodes = config
         .nodes()
         .into_iter()
-        .map(redis::Client::open)
+        .map(|node| config.node_client(node))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| StoreError(format!("bad Redis URL: {e}")))?;
     let Some(first) = nodes.first() else {
@@ -198,7 +298,15 @@ pub async fn connect(config: &RedisStoreConfig) -> Result<Connected, StoreError>
         bounded(limit, probe_single(config, first)).await?
     };
     let connection = match single {
-        Some(manager) => RedisConnection::Single(manager),
+        Some(manager) => {
+            let node = first.clone();
+            let manager_config = manager_config(config);
+            let open: Open<ConnectionManager> = Box::new(move || {
+                let (node, manager_config) = (node.clone(), manager_config.clone());
+                Box::pin(ConnectionManager::new_with_config(node, manager_config))
+            });
+            RedisConnection::Single(Renewable::new(manager, "Redis connection", open))
+        }
         None => bounded(limit, open_cluster(config)).await?,
     };
     Ok(Connected { connection, nodes })
@@ -209,12 +317,7 @@ async fn probe_single(
     config: &RedisStoreConfig,
     node: &redis::Client,
 ) -> redis::RedisResult<Option<ConnectionManager>> {
-    let manager_config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(config.timeout))
-        .set_response_timeout(Some(config.timeout))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(500));
-    let manager = ConnectionManager::new_with_config(node.clone(), manager_config).await?;
+    let manager = ConnectionManager::new_with_config(node.clone(), manager_config(config)).await?;
     if !is_cluster_node(&manager).await? {
         return Ok(Some(manager));
     }
@@ -226,20 +329,32 @@ async fn probe_single(
     Ok(None)
 }
 
+/// How the connection to a single server behaves: bounded connecting and answering, one retry.
+fn manager_config(config: &RedisStoreConfig) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.timeout))
+        .set_response_timeout(Some(config.timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500))
+}
+
 /// A connection to the cluster the listed nodes belong to (the client finds the other nodes).
 async fn open_cluster(config: &RedisStoreConfig) -> redis::RedisResult<RedisConnection> {
     let client = redis::cluster::ClusterClient::builder(config.nodes())
         .connection_timeout(config.timeout)
         .response_timeout(config.timeout)
+        .tcp_settings(tcp_settings(config.timeout))
         .build()?;
     let connection = client.get_async_connection().await?;
-    Ok(RedisConnection::Cluster(Arc::new(Cluster {
-        client,
-        current: Mutex::new(connection),
-        rediscovering: AtomicBool::new(false),
-        last_rediscovery: AtomicU64::new(0),
-        clock: Instant::now(),
-    })))
+    let open: Open<ClusterConnection> = Box::new(move || {
+        let client = client.clone();
+        Box::pin(async move { client.get_async_connection().await })
+    });
+    Ok(RedisConnection::Cluster(Renewable::new(
+        connection,
+        "Redis Cluster connection (its topology rediscovered)",
+        open,
+    )))
 }
 
 /// Whether the server says it runs in cluster mode: `INFO cluster`, or, for a user whose ACL
@@ -292,12 +407,55 @@ pub(super) async fn bounded<T>(
     timeout: Duration,
     call: impl std::future::Future<Output = redis::RedisResult<T>>,
 ) -> Result<T, StoreError> {
-    match tokio::time::timeout(timeout, call).await {
+    settled(timeout, tokio::time::timeout(timeout, call).await)
+}
+
+/// What a call bounded by `timeout` came to.
+fn settled<T>(
+    timeout: Duration,
+    outcome: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
+) -> Result<T, StoreError> {
+    match outcome {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(StoreError(e.to_string())),
         Err(_) => Err(StoreError(format!(
             "Redis did not answer within {} ms",
             timeout.as_millis()
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(url: &str) -> Vec<String> {
+        let config = RedisStoreConfig {
+            url: url.into(),
+            prefix: String::new(),
+            timeout: Duration::from_secs(1),
+            cluster: false,
+        };
+        config.nodes().into_iter().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn a_comma_separates_nodes_only_before_a_url() {
+        assert_eq!(
+            listed("redis://a:7000, rediss://b:7001,redis://c:7002,"),
+            ["redis://a:7000", "rediss://b:7001", "redis://c:7002"]
+        );
+        assert_eq!(
+            listed("redis://:pa,ss@127.0.0.1:6379"),
+            ["redis://:pa,ss@127.0.0.1:6379"]
+        );
+        assert_eq!(
+            listed("redis://:a,b@h:1,REDIS://:c,d@h:2"),
+            ["redis://:a,b@h:1", "REDIS://:c,d@h:2"]
+        );
+        assert_eq!(
+            listed("redis://a:1, ,redis://b:2"),
+            ["redis://a:1", "redis://b:2"]
+        );
     }
 }

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use redis::aio::PubSub;
+use redis::aio::{ConnectionLike as _, PubSub};
 use tokio::sync::mpsc;
 
 use super::StoreError;
@@ -48,7 +48,12 @@ impl RedisEventRelay {
     /// Connects and subscribes to `topic`, failing at once if Redis cannot be reached now.
     pub async fn connect(config: &RedisStoreConfig, topic: &str) -> Result<Self, StoreError> {
         let connected = connect(config).await?;
-        let channel = format!("{}{topic}", config.prefix);
+        // Pub/sub ignores database numbers: deployments kept apart only by theirs would hear
+        // each other, so a database other than 0 is part of the channel's name.
+        let channel = match connected.connection.get_db() {
+            0 => format!("{}{topic}", config.prefix),
+            db => format!("{}db{db}:{topic}", config.prefix),
+        };
         let (deliver, incoming) = mpsc::channel(INCOMING_BUFFER);
         let sharded = connected.is_cluster();
         if sharded {

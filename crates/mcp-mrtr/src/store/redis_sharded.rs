@@ -16,7 +16,7 @@ use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
 use super::StoreError;
-use super::redis_connection::{RedisStoreConfig, bounded};
+use super::redis_connection::{RedisStoreConfig, bounded, tcp_settings};
 
 /// How often the subscription checks that it still hears the channel.
 const PROBE_EVERY: Duration = Duration::from_secs(5);
@@ -42,6 +42,7 @@ async fn subscribe(config: &RedisStoreConfig, channel: &str) -> Result<Subscript
             .push_sender(sender)
             .connection_timeout(config.timeout)
             .response_timeout(config.timeout)
+            .tcp_settings(tcp_settings(config.timeout))
             .build()?;
         let mut connection = client.get_async_connection().await?;
         connection.ssubscribe(channel).await?;

@@ -30,6 +30,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::running_calls::RunningCalls;
+use super::session_streams::SessionStreams;
 use crate::log_budget::LogBudget;
 use crate::mrtr::{ClientAnswer, PendingAnswers};
 use crate::protocol::error::excerpt;
@@ -182,11 +183,13 @@ static TROUBLE: LogBudget = LogBudget::new();
 impl AnswerRelay {
     /// Starts relaying: publishing answers handed to [`send`](Self::send), and delivering the
     /// answers other replicas publish to the calls waiting in `pending`.
-    /// Cancellations other replicas publish stop the calls of `calls` they name.
+    /// Cancellations other replicas publish stop the calls of `calls` they name; a session
+    /// ended elsewhere stops its calls and ends its stream of `streams` here.
     pub(super) fn start(
         relay: RedisEventRelay,
         pending: Arc<PendingAnswers>,
         calls: RunningCalls,
+        streams: SessionStreams,
     ) -> Self {
         let (outbox, outgoing) = mpsc::channel(OUTBOX);
         let (cancellations, cancelling) = mpsc::channel(CANCELLATION_OUTBOX);
@@ -205,7 +208,13 @@ impl AnswerRelay {
             seen.clone(),
             publishing,
         ));
-        tokio::spawn(deliver_all(relay, pending, calls, publishing_ended));
+        tokio::spawn(deliver_all(
+            relay,
+            pending,
+            calls,
+            streams,
+            publishing_ended,
+        ));
         Self {
             outbox,
             seen,
@@ -397,6 +406,7 @@ async fn deliver_all(
     mut relay: RedisEventRelay,
     pending: Arc<PendingAnswers>,
     calls: RunningCalls,
+    streams: SessionStreams,
     mut publishing_ended: oneshot::Receiver<()>,
 ) {
     loop {
@@ -410,7 +420,11 @@ async fn deliver_all(
             Ok(Relayed::Cancellation { cancel }) => {
                 calls.cancel(&cancel.session, &cancel.request_id);
             }
-            Ok(Relayed::SessionEnded { ended }) => calls.cancel_session(&ended),
+            Ok(Relayed::SessionEnded { ended }) => {
+                calls.cancel_session(&ended);
+                // Its stream here ends now, not at its next look at the session's record.
+                streams.end(&ended);
+            }
             Ok(Relayed::Answer(relayed)) => {
                 if let Some((id, answer)) = relayed.into_answer() {
                     let _ = pending.deliver(&id, answer);

@@ -61,6 +61,20 @@ pub fn decode_sentinel<'a>(name: &str, raw: &'a str) -> Result<Cow<'a, str>, Pro
     })
 }
 
+/// How a client writes `value` into `Mcp-Name` or an `Mcp-Param-*` header: as is when it is
+/// plain visible ASCII (inner spaces allowed), else in the `=?base64?…?=` sentinel form, which
+/// also carries a value that would read as a sentinel itself.
+pub fn encode_header_value(value: &str) -> Cow<'_, str> {
+    let visible = value.bytes().all(|byte| matches!(byte, b' '..=b'~'));
+    let padded = value.starts_with(' ') || value.ends_with(' ');
+    let like_a_sentinel = value.starts_with("=?base64?") && value.ends_with("?=");
+    if visible && !padded && !like_a_sentinel {
+        Cow::Borrowed(value)
+    } else {
+        Cow::Owned(format!("=?base64?{}?=", STANDARD.encode(value)))
+    }
+}
+
 /// `Mcp-Method` must be present and equal the body's method.
 pub fn check_method(headers: &HeaderMap, method: &str) -> Result<(), ProtocolError> {
     match header_text(headers, &MCP_METHOD)? {
@@ -189,5 +203,22 @@ mod tests {
         );
         assert!(decode_sentinel("h", "=?base64?SGVsbG8?=").is_err());
         assert!(decode_sentinel("h", "=?base64?SGVs!!!bG8=?=").is_err());
+    }
+
+    #[test]
+    fn values_are_encoded_as_the_transport_examples_show() {
+        let examples = [
+            ("us-west1", "us-west1"),
+            ("two words", "two words"),
+            ("Hello, 世界", "=?base64?SGVsbG8sIOS4lueVjA==?="),
+            (" padded ", "=?base64?IHBhZGRlZCA=?="),
+            ("line1\nline2", "=?base64?bGluZTEKbGluZTI=?="),
+            ("tab\there", "=?base64?dGFiCWhlcmU=?="),
+            ("=?base64?literal?=", "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?="),
+        ];
+        for (value, header) in examples {
+            assert_eq!(encode_header_value(value), header, "{value:?}");
+            assert_eq!(decode_sentinel("h", header).unwrap(), value);
+        }
     }
 }

@@ -101,11 +101,10 @@ impl LegacyWire {
     pub(super) fn start(options: &mut TransportOptions) -> Self {
         let pending: Arc<PendingAnswers> = Arc::default();
         let calls = RunningCalls::default();
-        let answers_elsewhere = options
-            .legacy
-            .answer_relay
-            .take()
-            .map(|relay| AnswerRelay::start(relay, pending.clone(), calls.clone()));
+        let streams = SessionStreams::default();
+        let answers_elsewhere = options.legacy.answer_relay.take().map(|relay| {
+            AnswerRelay::start(relay, pending.clone(), calls.clone(), streams.clone())
+        });
         Self {
             request_timeout: options.legacy.request_timeout,
             session_idle: options.legacy.session_idle,
@@ -113,7 +112,7 @@ impl LegacyWire {
             sessions: options.legacy.sessions.clone(),
             pending,
             answers_elsewhere,
-            streams: SessionStreams::default(),
+            streams,
             calls,
             closed_calls: RunOnRoom::new(options.max_concurrent_requests),
         }

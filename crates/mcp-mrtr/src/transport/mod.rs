@@ -35,6 +35,7 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::routing::post;
 
 pub use crate::drain::Drain;
+pub use headers::encode_header_value;
 pub use health::{CHECK_DEADLINE, CheckOutcome, Readiness};
 #[cfg(feature = "legacy")]
 pub use legacy::LegacyOptions;
@@ -130,7 +131,12 @@ pub fn router(
             options,
             legacy: wire,
         };
-        let route = post(front::post).get(legacy::get).delete(legacy::delete);
+        // HEAD is refused rather than left to the GET handler, which would open the session's
+        // stream (ending the one its client reads) only for the body to be dropped.
+        let route = post(front::post)
+            .get(legacy::get)
+            .head(respond::method_not_allowed)
+            .delete(legacy::delete);
         (endpoint, route)
     };
     #[cfg(not(feature = "legacy"))]

@@ -481,14 +481,19 @@ pub(super) fn accepted() -> Response<Body> {
         .unwrap_or_default()
 }
 
-/// GET and DELETE without the `legacy` feature: only POST is served.
-#[cfg(not(feature = "legacy"))]
+/// A method the endpoint does not serve (HEAD; GET and DELETE without the `legacy` feature):
+/// 405, naming those it does.
 pub(super) async fn method_not_allowed() -> Response<Body> {
+    let served = if cfg!(feature = "legacy") {
+        "GET, POST, DELETE"
+    } else {
+        "POST"
+    };
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
     response
         .headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        .insert(header::ALLOW, HeaderValue::from_static(served));
     response
 }
 

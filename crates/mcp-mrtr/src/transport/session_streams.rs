@@ -13,7 +13,8 @@ use tokio::sync::oneshot;
 use super::claims::{Claim, Claims};
 
 /// The latest GET stream of each session that has one open here, by what ends it when dropped.
-#[derive(Default)]
+/// Clones share the streams.
+#[derive(Default, Clone)]
 pub(super) struct SessionStreams {
     latest: Arc<Claims<String, oneshot::Sender<()>>>,
 }

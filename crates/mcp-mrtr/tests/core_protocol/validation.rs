@@ -284,7 +284,11 @@ async fn x_mcp_header_parameters_must_be_mirrored_exactly() {
         "Region"
     );
 
-    call().send().await.assert_error(400, -32020);
+    call()
+        .without_header("Mcp-Param-Region")
+        .send()
+        .await
+        .assert_error(400, -32020);
     call()
         .header("Mcp-Param-Region", "us-east")
         .send()
@@ -333,19 +337,8 @@ async fn raw_schema_arguments_are_checked_before_the_handler_runs() {
         (json!({"seats": 2}), "region"),
     ];
     for (arguments, named) in misfits {
-        let mut request = client
-            .request("tools/call")
-            .params(json!({"name": "regional", "arguments": arguments}));
-        if let Some(region) = arguments["region"].as_str() {
-            request = request.header("Mcp-Param-Region", region);
-        }
-        if let Some(seats) = arguments.get("seats") {
-            let seats = seats
-                .as_str()
-                .map_or_else(|| seats.to_string(), str::to_owned);
-            request = request.header("Mcp-Param-Seats", seats);
-        }
-        let reply = request.send().await;
+        // The client mirrors each argument into its header, so only the schema can refuse.
+        let reply = client.call_tool("regional", arguments.clone()).await;
         assert_eq!(reply.status.as_u16(), 200, "{}", reply.body_text());
         assert_eq!(reply.result()["isError"], true, "{}", reply.body_text());
         let text = reply.text();
@@ -354,6 +347,57 @@ async fn raw_schema_arguments_are_checked_before_the_handler_runs() {
             "{arguments}: {text}"
         );
     }
+}
+
+/// The client mirrors a tool's `x-mcp-header` arguments and the name it calls in the form the
+/// transport gives: plain when they are plain ASCII, else Base64 in the sentinel form. The
+/// server decodes each and finds it matches the body.
+#[tokio::test]
+async fn the_client_mirrors_header_values_in_the_encoded_form_when_needed() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    for region in [
+        "eu-west",
+        "Zürich",
+        " padded ",
+        "line1\nline2",
+        "=?base64?literal?=",
+    ] {
+        let reply = client
+            .call_tool("regional", json!({"region": region, "seats": -7}))
+            .await;
+        assert_eq!(
+            reply.status.as_u16(),
+            200,
+            "{region:?}: {}",
+            reply.body_text()
+        );
+        assert_eq!(reply.text(), format!("Region: {region}, seats: -7"));
+    }
+    // A null parameter has no header: the call passes the header check and meets the schema.
+    let null_seats = client
+        .call_tool("regional", json!({"region": "eu-west", "seats": null}))
+        .await;
+    assert_eq!(
+        null_seats.status.as_u16(),
+        200,
+        "{}",
+        null_seats.body_text()
+    );
+    assert_eq!(null_seats.result()["isError"], true);
+    assert!(
+        null_seats.text().contains("/seats"),
+        "{}",
+        null_seats.text()
+    );
+
+    // A resource URI outside the header-safe set reaches the lookup, which does not find it.
+    let unknown = client
+        .request("resources/read")
+        .params(json!({"uri": "test://café/ münchen"}))
+        .send()
+        .await;
+    unknown.assert_error(200, -32602);
 }
 
 /// A routing header sent twice is refused even when its first line matches the body: a proxy
@@ -411,6 +455,47 @@ async fn integer_header_parameters_are_compared_exactly() {
     let exact = call("9007199254740993").send().await;
     assert_eq!(exact.status.as_u16(), 200, "{}", exact.body_text());
     assert_eq!(exact.text(), "Region: eu-west, seats: 9007199254740993");
+}
+
+/// Prompt arguments are strings: another type, or null, is refused with -32602 rather than
+/// handed to the prompt (or counted as a required argument given).
+#[tokio::test]
+async fn prompt_arguments_that_are_not_strings_are_invalid_params() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let get = |arguments: Value| {
+        client
+            .request("prompts/get")
+            .params(json!({"name": "greeting", "arguments": arguments}))
+            .send()
+    };
+    let greeted = get(json!({"name": "Ada", "tone": "warm"})).await;
+    assert_eq!(
+        greeted.result()["messages"][0]["content"]["text"],
+        "Hello, Ada.",
+        "{}",
+        greeted.body_text()
+    );
+    for (arguments, named) in [
+        (json!({"name": 5}), "name"),
+        (json!({"name": null}), "name"),
+        (json!({"name": "Ada", "tone": ["warm"]}), "tone"),
+    ] {
+        let refused = get(arguments.clone()).await;
+        refused.assert_error(200, -32602);
+        assert!(
+            refused.error_message().contains(named),
+            "{arguments}: {}",
+            refused.body_text()
+        );
+    }
+    let missing = get(json!({"tone": "warm"})).await;
+    missing.assert_error(200, -32602);
+    assert!(
+        missing.error_message().contains("name"),
+        "{}",
+        missing.body_text()
+    );
 }
 
 #[tokio::test]

@@ -13,7 +13,9 @@ use mcp_mrtr::protocol::content::{
 use mcp_mrtr::protocol::input::{
     ElicitParams, Elicitation, InputRequest, Sampling, SamplingParams,
 };
-use mcp_mrtr::registry::{NoArguments, Prompt, Registry, Resource, ResourceTemplate, Tool};
+use mcp_mrtr::registry::{
+    NoArguments, Prompt, PromptArgument, Registry, Resource, ResourceTemplate, Tool,
+};
 use mcp_mrtr::server::{Events, ServerEvent};
 use serde_json::{Value, json};
 
@@ -381,6 +383,25 @@ pub(super) fn test_registry(probes: &Arc<Probes>, events: &Events) -> Registry {
             })
         },
     ));
+
+    registry.add_prompt(
+        Prompt::new(
+            "greeting",
+            "Greets someone by name",
+            |_, arguments| async move {
+                let name = arguments.get("name").and_then(Value::as_str);
+                Ok(GetPromptResult {
+                    description: None,
+                    messages: vec![PromptMessage::user(Content::text(format!(
+                        "Hello, {}.",
+                        name.unwrap_or("nobody")
+                    )))],
+                })
+            },
+        )
+        .argument(PromptArgument::required("name", "Who to greet"))
+        .argument(PromptArgument::optional("tone", "How warmly")),
+    );
 
     registry.add_resource(
         Resource::new("test://static-text", "static-text", |_, uri| async move {

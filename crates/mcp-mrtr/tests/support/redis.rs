@@ -321,3 +321,51 @@ pub async fn a_put_refused_half_way_leaves_nothing(
     );
     index
 }
+
+/// A TCP forwarder to `127.0.0.1:<target>` whose connections opened so far can be made to fall
+/// silent: they stay open and their bytes are still taken in, but nothing more goes through, as
+/// when a server's address moves without a reset. Connections opened after are forwarded.
+pub struct SilenceableProxy {
+    /// Where the proxy listens.
+    pub port: u16,
+    silenced: tokio::sync::watch::Sender<u64>,
+}
+
+impl SilenceableProxy {
+    pub async fn start(target: u16) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let (silenced, watching) = tokio::sync::watch::channel(0_u64);
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let mut silence = watching.clone();
+                let opened_in = *silence.borrow_and_update();
+                tokio::spawn(async move {
+                    let Ok(mut server) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", target)).await
+                    else {
+                        return;
+                    };
+                    let fell_silent = tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => false,
+                        _ = silence.wait_for(|era| *era != opened_in) => true,
+                    };
+                    if fell_silent {
+                        // Hold both sockets open, reading what comes and passing nothing on.
+                        let mut sink = tokio::io::sink();
+                        let _ = tokio::io::copy(&mut client, &mut sink).await;
+                        std::future::pending::<()>().await;
+                    }
+                });
+            }
+        });
+        Self { port, silenced }
+    }
+
+    /// Makes every connection open now fall silent.
+    pub fn silence(&self) {
+        self.silenced.send_modify(|era| *era += 1);
+    }
+}
