@@ -13,7 +13,10 @@
 //! calls again with a new id, the answer and the echoed `requestState`. Then it reads the watch
 //! list back.
 
+use std::process::ExitCode;
+
 use mcp_mrtr::client::{Client, Reply};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 const HELP: &str = "\
@@ -69,16 +72,39 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// A recommended movie that is not on the user's watch list yet.
-async fn not_yet_listed(client: &Client) -> Result<String, String> {
-    let listed = client.call_tool("getWatchlist", json!({})).await;
-    let listed: Vec<&Value> = listed.result()["structuredContent"]["items"]
+/// The ids of the movies on the user's watch list; a refusal said in words a user can act on.
+async fn listed_movies(client: &Client) -> Result<Vec<Value>, String> {
+    let reply = client.call_tool("getWatchlist", json!({})).await;
+    if reply.status == StatusCode::UNAUTHORIZED {
+        return Err(
+            "the server refused the token (HTTP 401): mint one for this server with \
+                    `cargo run -- token --user alice`"
+                .into(),
+        );
+    }
+    let result = reply
+        .messages
+        .iter()
+        .find_map(|message| message.get("result"))
+        .ok_or_else(|| {
+            format!(
+                "getWatchlist failed (HTTP {}): {}",
+                reply.status,
+                reply.body_text()
+            )
+        })?;
+    let items = result["structuredContent"]["items"]
         .as_array()
-        .ok_or("getWatchlist gave no items: is the token valid?")?
+        .ok_or_else(|| format!("getWatchlist answered without items: {result}"))?;
+    Ok(items
         .iter()
         .filter(|item| item["content"]["type"] == "movie")
-        .map(|item| &item["content"]["id"])
-        .collect();
+        .map(|item| item["content"]["id"].clone())
+        .collect())
+}
+
+/// A recommended movie that is not on the user's watch list (`listed`) yet.
+async fn not_yet_listed(client: &Client, listed: &[Value]) -> Result<String, String> {
     for mood in [
         "COMFORT",
         "ADVENTURE",
@@ -92,7 +118,7 @@ async fn not_yet_listed(client: &Client) -> Result<String, String> {
             .await;
         let movies = reply.result()["structuredContent"]["movies"].clone();
         for movie in movies.as_array().into_iter().flatten() {
-            if !listed.contains(&&movie["id"]) {
+            if !listed.contains(&movie["id"]) {
                 return Ok(movie["id"].as_str().unwrap_or_default().to_owned());
             }
         }
@@ -111,12 +137,30 @@ fn show(url: &str, reply: &Reply) {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), String> {
-    let args = parse_args().map_err(|e| format!("{e}\n\n{HELP}"))?;
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("{e}\n\n{HELP}");
+            return ExitCode::from(2);
+        }
+    };
+    match walk_through(&args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("watchlist_walkthrough: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn walk_through(args: &Args) -> Result<(), String> {
     let client = Client::new(args.url.clone()).with_bearer(&args.token);
+    // Signed in? Asked first, so that a refused token is said in words, whatever comes next.
+    let listed = listed_movies(&client).await?;
     let movie_id = match args.movie_id {
         Some(id) => id.to_string(),
-        None => not_yet_listed(&client).await?,
+        None => not_yet_listed(&client, &listed).await?,
     };
 
     println!("== addToWatchlist for movie {movie_id} without saying whether it was watched");

@@ -108,12 +108,18 @@ PY
             --save "" --appendonly no --dir "$OUT_DIR/redis" --daemonize yes \
             --logfile "$OUT_DIR/redis/$port.log"
     done
+    deadline=$((SECONDS + STARTUP_TIMEOUT_SECS))
     for port in "${REDIS_NODE_PORTS[@]}"; do
-        until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.1; done
+        until redis-cli -p "$port" ping >/dev/null 2>&1; do
+            ((SECONDS < deadline)) || die "redis-server on port $port did not answer within \
+${STARTUP_TIMEOUT_SECS}s (see $OUT_DIR/redis/$port.log)"
+            sleep 0.1
+        done
     done
     redis-cli --cluster create "${REDIS_NODE_PORTS[@]/#/127.0.0.1:}" --cluster-replicas 1 \
         --cluster-yes >"$OUT_DIR/redis/create.log" 2>&1 || die "redis-cli --cluster create failed"
     until redis-cli -p "${REDIS_NODE_PORTS[0]}" cluster info | grep -q cluster_state:ok; do
+        ((SECONDS < deadline)) || die "the Redis Cluster was not ok within ${STARTUP_TIMEOUT_SECS}s"
         sleep 0.2
     done
     REDIS_URL=$(printf 'redis://127.0.0.1:%s,' "${REDIS_NODE_PORTS[@]}")

@@ -100,7 +100,7 @@ pub fn init_logging() -> Telemetry {
         .try_init();
     match (&provider, failure) {
         (Some(_), _) => tracing::info!(
-            endpoint = otlp_endpoint().unwrap_or_default(),
+            endpoint = crate::moviedb::catalogue::redact(&otlp_endpoint().unwrap_or_default()),
             "traces exported over OTLP/HTTP"
         ),
         (None, Some(e)) => tracing::error!("cannot export traces over OTLP: {e:#}"),
@@ -150,31 +150,80 @@ fn instance_id() -> String {
 
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+    StopSignals::listen().next().await;
+}
+
+/// Resolves on the first Ctrl-C or SIGTERM, when the server begins to drain. A second one ends
+/// the process at once, with the status a process killed by that signal reports (130 or 143),
+/// for an operator who will not wait for the calls under way.
+pub async fn drain_signal() {
+    let mut stops = StopSignals::listen();
+    stops.next().await;
+    tracing::info!(
+        "stopping: finishing the calls under way (a second Ctrl-C or SIGTERM stops at once)"
+    );
+    tokio::spawn(async move {
+        let status = stops.next().await;
+        tracing::warn!("a second stop signal: stopping now, calls under way unanswered");
+        std::process::exit(status);
+    });
+}
+
+/// Ctrl-C and SIGTERM, listened to from the start, so that none is missed between two waits.
+struct StopSignals {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+    interrupt: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn listen() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Self {
+                interrupt: signal(SignalKind::interrupt()).ok(),
+                terminate: signal(SignalKind::terminate()).ok(),
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
+        #[cfg(not(unix))]
+        Self {}
+    }
+
+    /// Waits for the next signal; returns the exit status it stands for (128 + its number).
+    #[cfg(unix)]
+    async fn next(&mut self) -> i32 {
+        async fn received(signal: Option<&mut tokio::signal::unix::Signal>) {
+            let heard = match signal {
+                Some(signal) => signal.recv().await.is_some(),
+                None => false,
+            };
+            if !heard {
+                // Not listened to, or no longer: it never comes.
+                std::future::pending::<()>().await;
+            }
+        }
+        tokio::select! {
+            () = received(self.interrupt.as_mut()) => 130,
+            () = received(self.terminate.as_mut()) => 143,
+        }
+    }
+
     #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
+    async fn next(&mut self) -> i32 {
+        match tokio::signal::ctrl_c().await {
+            Ok(()) => 130,
+            Err(_) => std::future::pending().await,
+        }
     }
 }
 
-/// Latency buckets of every `*_seconds` histogram: from half a millisecond to five minutes (a
-/// user answering a question).
-const SECONDS_BUCKETS: [f64; 17] = [
+/// Latency buckets of every `*_seconds` histogram: from half a millisecond to ten minutes (a
+/// user answering a question, within the default time a `requestState` stays valid).
+const SECONDS_BUCKETS: [f64; 18] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-    60.0, 300.0,
+    60.0, 300.0, 600.0,
 ];
 
 /// Installs the Prometheus recorder every metric of the process goes to, and keeps its

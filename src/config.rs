@@ -44,8 +44,10 @@ pub struct ServeArgs {
     pub redis_url: Option<String>,
 
     /// The Redis URL names a Redis Cluster (implied when it lists several nodes,
-    /// comma-separated, or when its one node says it runs in cluster mode).
-    #[arg(long, env = "REDIS_CLUSTER")]
+    /// comma-separated, or when its one node says it runs in cluster mode). The variable takes
+    /// true/false, 1/0, yes/no or on/off.
+    #[arg(long, env = "REDIS_CLUSTER",
+          value_parser = clap::builder::BoolishValueParser::new())]
     pub redis_cluster: bool,
 
     /// Prefix of every Redis key this server writes.
@@ -153,7 +155,8 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub shutdown_grace_secs: u64,
 
-    /// Seconds between keep-alive comments on subscription streams (at most half an hour, well
+    /// Seconds between keep-alive comments on streams, those of subscriptions and of calls that
+    /// wait (at most half an hour, well
     /// inside the read timeouts of proxies, such as deploy/nginx.conf's hour).
     #[arg(long, env = "MOVIEDB_KEEPALIVE_SECS", default_value_t = 15,
           value_parser = clap::value_parser!(u64).range(1..=1800))]

@@ -195,7 +195,7 @@ async fn serve(cli: &Cli, catalogue: Catalogue) -> anyhow::Result<()> {
             router.merge(app::metrics_routes(metrics))
         }
     };
-    service::serve(cli.serve.bind, &settings, router, app::shutdown_signal()).await
+    service::serve(cli.serve.bind, &settings, router, app::drain_signal()).await
 }
 
 async fn open_catalogue(args: &DatabaseArgs) -> anyhow::Result<Catalogue> {
@@ -203,9 +203,9 @@ async fn open_catalogue(args: &DatabaseArgs) -> anyhow::Result<Catalogue> {
         Some(url) => url.clone(),
         None => Catalogue::embedded_url(&args.data_dir)?,
     };
-    let catalogue = Catalogue::connect(&url).await?;
+    let (catalogue, seeded) = Catalogue::connect(&url, seed::seed_if_empty).await?;
     tracing::info!(database = %catalogue::redact(&url), "database ready");
-    if seed::seed_if_empty(&catalogue).await? {
+    if seeded {
         tracing::info!("seeded the catalogue");
     }
     Ok(catalogue)

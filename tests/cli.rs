@@ -366,3 +366,128 @@ fn values_that_would_break_the_server_stop_it_at_start_naming_the_range() {
     assert!(!seeding.status.success());
     assert!(stderr.contains("--movies"), "{stderr}");
 }
+
+/// A folder of its own under the temporary folder, its name holding `label`.
+fn fresh_folder(label: &str) -> std::path::PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos())
+        .unwrap_or_default();
+    std::env::temp_dir().join(format!(
+        "moviedb-cli-{label}-{}-{nanos}",
+        std::process::id()
+    ))
+}
+
+/// `moviedb-mcp token --user alice` on `data_dir`, with `DATABASE_URL` set to `database_url`
+/// when given; started, not awaited.
+fn start_token(data_dir: &std::path::Path, database_url: Option<&str>) -> std::process::Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_moviedb-mcp"));
+    command
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["token", "--user", "alice"])
+        .env_remove("DATABASE_URL")
+        .env_remove("MOVIEDB_JWT_SECRET")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(url) = database_url {
+        command.env("DATABASE_URL", url);
+    }
+    command.spawn().expect("run moviedb-mcp")
+}
+
+#[test]
+fn processes_starting_together_on_a_fresh_database_all_start_and_seed_it_once() {
+    for round in 0..6 {
+        // A space and URL characters in the folder's name: the database URL is built from it.
+        let data_dir = fresh_folder(&format!("race {round} #?%"));
+        let racing: Vec<_> = (0..3).map(|_| start_token(&data_dir, None)).collect();
+        let outputs: Vec<Output> = racing
+            .into_iter()
+            .map(|child| child.wait_with_output().expect("wait for moviedb-mcp"))
+            .collect();
+        let _ = std::fs::remove_dir_all(&data_dir);
+        for output in &outputs {
+            assert!(
+                output.status.success(),
+                "round {round}: every process starts: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let token = String::from_utf8_lossy(&output.stdout);
+            assert_eq!(token.trim().split('.').count(), 3, "a JWT: {token}");
+        }
+        let seeders = outputs
+            .iter()
+            .filter(|output| {
+                String::from_utf8_lossy(&output.stderr).contains("seeded the catalogue")
+            })
+            .count();
+        assert_eq!(
+            seeders, 1,
+            "round {round}: one process seeds, the others find it seeded"
+        );
+    }
+}
+
+#[test]
+fn a_sqlite_url_naming_a_new_file_creates_it_and_an_in_memory_one_is_refused() {
+    let data_dir = fresh_folder("sqlite-url");
+    std::fs::create_dir_all(&data_dir).expect("create the folder");
+    let file = data_dir.join("movies.db");
+    let url = format!("sqlite://{}", file.display());
+    let created = start_token(&data_dir, Some(&url))
+        .wait_with_output()
+        .expect("wait for moviedb-mcp");
+    let exists = file.exists();
+    let refused = start_token(&data_dir, Some("sqlite::memory:"))
+        .wait_with_output()
+        .expect("wait for moviedb-mcp");
+    let _ = std::fs::remove_dir_all(&data_dir);
+    assert!(created.status.success(), "{created:?}");
+    assert!(exists, "{} is created", file.display());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "an in-memory database is refused"
+    );
+    assert!(
+        stderr.contains("in-memory") && stderr.contains("--data-dir"),
+        "the refusal says why and what to do: {stderr}"
+    );
+}
+
+#[test]
+fn redis_cluster_takes_1_yes_on_true_and_their_opposites_and_refuses_the_rest() {
+    let start = |value: &str| {
+        let data_dir = fresh_folder("cluster");
+        let output = Command::new(env!("CARGO_BIN_EXE_moviedb-mcp"))
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(["--bind", "127.0.0.1:0"])
+            .env_remove("DATABASE_URL")
+            .env("REDIS_URL", "redis://127.0.0.1:1")
+            .env("REDIS_CLUSTER", value)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .expect("run moviedb-mcp");
+        let _ = std::fs::remove_dir_all(&data_dir);
+        output
+    };
+    for value in ["1", "yes", "on", "true", "0", "no"] {
+        let output = start(value);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // Taken: the server goes on to its (unreachable) Redis and stops there.
+        assert!(
+            stderr.contains("REDIS_URL") && !stderr.contains("invalid value"),
+            "REDIS_CLUSTER={value} is taken: {stderr}"
+        );
+    }
+    let output = start("maybe");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("invalid value") && stderr.contains("--redis-cluster"),
+        "REDIS_CLUSTER=maybe is refused naming the flag: {stderr}"
+    );
+}

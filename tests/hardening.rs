@@ -1690,3 +1690,70 @@ mod legacy_sessions {
         );
     }
 }
+
+/// A 2025-11-25 client refusing every question makes one log line per call at most five a
+/// second, each counted, and each in its request's span (a streamed call's lines name their
+/// request, as those answered in place do).
+#[cfg(feature = "legacy")]
+#[tokio::test]
+async fn questions_refused_in_a_burst_are_logged_within_budget_and_in_their_requests_span() {
+    use support::legacy::LegacyClient;
+    let server = MovieServer::start(Backend::Sqlite).await;
+    let token = moviedb_mcp::auth::mint_token(
+        server.secret.as_bytes(),
+        "refuser",
+        Duration::from_secs(3600),
+    )
+    .expect("a token");
+    let client = LegacyClient::new(server.url().to_owned(), Some(token))
+        .initialize(json!({"elicitation": {}}))
+        .await;
+    let refuse_adding = |movie: u64| {
+        let client = client.clone();
+        async move {
+            let arguments = json!({"subject": {"movieId": movie.to_string()}});
+            let mut call = client.start_call("addToWatchlist", arguments).await;
+            let question = call.next_server_request().await;
+            client.refuse(&question["id"], -1, "User rejected").await;
+            call.response().await
+        }
+    };
+    let answers = futures::future::join_all((1..=15).map(refuse_adding)).await;
+    for answer in &answers {
+        assert_eq!(
+            answer["result"]["structuredContent"]["status"], "WANT_TO_WATCH",
+            "a refused question records WANT_TO_WATCH: {answer}"
+        );
+    }
+    // A second later, one more: its line counts those held back.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    refuse_adding(16).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (lines, held_back) = loop {
+        let counted = lines_and_held_back(&server.log(), "elicitation not answered");
+        if counted.0 + counted.1 >= 16 || Instant::now() > deadline {
+            break counted;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(lines + held_back, 16, "every refusal written or counted");
+    let log = server.log();
+    let mut per_second = std::collections::BTreeMap::<&str, u32>::new();
+    for line in log
+        .lines()
+        .filter(|l| l.contains("elicitation not answered"))
+    {
+        assert!(
+            line.contains("request{") && line.contains(" id="),
+            "in its request's span: {line}"
+        );
+        // Lines start with an RFC 3339 time: its first 19 characters name the second.
+        *per_second
+            .entry(line.get(..19).unwrap_or(line))
+            .or_default() += 1;
+    }
+    assert!(
+        per_second.values().all(|lines| *lines <= 5),
+        "at most five lines a second: {per_second:?}"
+    );
+}

@@ -400,6 +400,7 @@ async fn a_replica_counts_what_redis_holds_as_soon_as_it_starts() {
     use support::cluster::{Replicas, SharedSettings};
     let mut settings = SharedSettings::new(support::net::shared_redis_url());
     settings.extra_env = vec![("MOVIEDB_REDIS_COUNT_SECS".into(), "3600".into())];
+    let (redis_url, prefix) = (settings.redis_url.clone(), settings.redis_prefix.clone());
     let mut replicas = Replicas::start_with(1, settings).await;
     let alice = replicas.session(1, "alice");
     for movie_id in [6, 7] {
@@ -409,27 +410,37 @@ async fn a_replica_counts_what_redis_holds_as_soon_as_it_starts() {
     replicas.restart(1).await;
 
     let metrics = format!("http://{}/metrics", replicas.addresses()[0]);
-    let series = "mcp_continuations_pending{store=\"redis\"} ";
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let mut last = String::new();
-    while tokio::time::Instant::now() < deadline {
-        let text = reqwest::get(&metrics)
+    let series = "mcp_continuations_pending{store=\"redis\"}";
+    let counted = metric_until(&metrics, series, "2", Duration::from_secs(10)).await;
+    assert_eq!(
+        counted.as_deref(),
+        Some("2"),
+        "the restarted replica counts the 2 conversations waiting"
+    );
+
+    // The indexes it counts from leave Redis by themselves once no replica sweeps them.
+    let mut redis = redis::Client::open(redis_url)
+        .expect("a Redis URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to Redis");
+    let indexes: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}live:*"))
+        .query_async(&mut redis)
+        .await
+        .expect("list the live indexes");
+    assert!(!indexes.is_empty(), "the waiting conversations are indexed");
+    for index in indexes {
+        let left: i64 = redis::cmd("PTTL")
+            .arg(&index)
+            .query_async(&mut redis)
             .await
-            .expect("metrics answer")
-            .text()
-            .await
-            .expect("metrics text");
-        last = text
-            .lines()
-            .find_map(|line| line.strip_prefix(series))
-            .unwrap_or("absent")
-            .to_owned();
-        if last == "2" {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+            .expect("read an expiry");
+        assert!(
+            left > 0 && left <= 25 * 3600 * 1000,
+            "{index} expires, a day or so after its last entry: {left} ms"
+        );
     }
-    panic!("the restarted replica counted {last} pending conversations, not the 2 waiting");
 }
 
 #[tokio::test]
@@ -573,6 +584,19 @@ impl OtlpReceiver {
         Self { addr, spans }
     }
 
+    /// Replicas' settings that export their spans here, in batches sent every 100 ms.
+    fn exported_to(&self) -> support::cluster::SharedSettings {
+        let mut settings = support::cluster::SharedSettings::new(support::net::shared_redis_url());
+        settings.extra_env = vec![
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT".into(),
+                format!("http://{}", self.addr),
+            ),
+            ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
+        ];
+        settings
+    }
+
     fn spans(&self) -> Vec<Received> {
         self.spans.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -600,16 +624,9 @@ fn hex(bytes: &[u8]) -> String {
 
 #[tokio::test]
 async fn both_rounds_of_a_conversation_on_two_replicas_are_one_trace_under_the_clients_span() {
-    use support::cluster::{Replicas, SharedSettings};
+    use support::cluster::Replicas;
     let receiver = OtlpReceiver::start().await;
-    let mut settings = SharedSettings::new(support::net::shared_redis_url());
-    settings.extra_env = vec![
-        (
-            "OTEL_EXPORTER_OTLP_ENDPOINT".into(),
-            format!("http://{}", receiver.addr),
-        ),
-        ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
-    ];
+    let settings = receiver.exported_to();
     let replicas = Replicas::start_with(2, settings).await;
     let (on_a, on_b) = (replicas.session(1, "alice"), replicas.session(2, "alice"));
 
@@ -703,4 +720,143 @@ async fn both_rounds_of_a_conversation_on_two_replicas_are_one_trace_under_the_c
             .all(|(_, v)| !v.contains("WATCHED")),
         "{spans:#?}"
     );
+}
+
+/// W3C trace context is taken whole or not at all: a `traceparent` not of the exact form (short
+/// ids the propagator would pad with zeros) starts a trace of its own; `tracestate` on two header
+/// lines is one list; and a 2025-11-25 session's request continues the trace its headers name.
+#[tokio::test]
+async fn trace_context_is_taken_whole_on_both_wires() {
+    use support::cluster::Replicas;
+    let receiver = OtlpReceiver::start().await;
+    let settings = receiver.exported_to();
+    #[cfg(feature = "legacy")]
+    let token = settings.token("alice");
+    let replicas = Replicas::start_with(1, settings).await;
+    let alice = replicas.session(1, "alice");
+
+    let listed = alice
+        .request("tools/list")
+        .header("traceparent", "00-1-2-01")
+        .send()
+        .await;
+    assert_eq!(listed.status, 200, "{}", listed.body_text());
+    let (whole_trace, client_span) = (random_hex(16), random_hex(8));
+    let listed = alice
+        .request("tools/list")
+        .header("traceparent", format!("00-{whole_trace}-{client_span}-01"))
+        .extra_header_line("tracestate", "vendor-a=1")
+        .extra_header_line("tracestate", "vendor-b=2")
+        .send()
+        .await;
+    assert_eq!(listed.status, 200, "{}", listed.body_text());
+
+    #[cfg(feature = "legacy")]
+    let (legacy_trace, legacy_span) = (random_hex(16), random_hex(8));
+    #[cfg(feature = "legacy")]
+    {
+        let url = format!("http://{}/mcp", replicas.addresses()[0]);
+        let legacy = support::legacy::LegacyClient::new(url, Some(token.clone()))
+            .initialize(json!({}))
+            .await;
+        let body = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/list", "params": {}});
+        let answered = reqwest::Client::new()
+            .post(&legacy.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header(
+                "mcp-session-id",
+                legacy.session_id.clone().expect("a session"),
+            )
+            .header("mcp-protocol-version", "2025-11-25")
+            .header("traceparent", format!("00-{legacy_trace}-{legacy_span}-01"))
+            .bearer_auth(&token)
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("a legacy request");
+        assert_eq!(answered.status().as_u16(), 200);
+    }
+    let expected = if cfg!(feature = "legacy") { 3 } else { 2 };
+
+    let lists = |spans: &[Received]| -> Vec<Received> {
+        spans
+            .iter()
+            .filter(|span| span.name == "tools/list")
+            .cloned()
+            .collect()
+    };
+    let spans = receiver
+        .wait_for(|spans| lists(spans).len() >= expected)
+        .await;
+    let lists = lists(&spans);
+    let padded = format!("{:0>32}", "1");
+    assert!(
+        lists.iter().all(|span| span.trace_id != padded),
+        "00-1-2-01 continues no trace: {lists:#?}"
+    );
+    let whole = lists
+        .iter()
+        .find(|span| span.trace_id == whole_trace)
+        .unwrap_or_else(|| panic!("the whole traceparent is continued: {lists:#?}"));
+    assert_eq!(whole.parent_span_id, client_span);
+    assert_eq!(
+        whole.trace_state, "vendor-a=1,vendor-b=2",
+        "both tracestate lines: {whole:#?}"
+    );
+    #[cfg(feature = "legacy")]
+    {
+        let legacy_list = lists
+            .iter()
+            .find(|span| span.trace_id == legacy_trace)
+            .unwrap_or_else(|| panic!("the 2025-11-25 request continues its trace: {lists:#?}"));
+        assert_eq!(legacy_list.parent_span_id, legacy_span);
+    }
+}
+
+/// A call dropped unfinished (its client closed the stream) is counted `cancelled`: the calls
+/// clients gave up on, often the slowest, are not missing from the counts and the timings.
+#[tokio::test]
+async fn a_call_its_client_gave_up_on_is_counted_cancelled() {
+    use support::openai::{Answer, FakeProvider};
+    let provider = FakeProvider::start(Answer::Held("SUMMARY: Held.\nTHEMES: none".into())).await;
+    let (server, summary) = support::movies::summarizing_with(&provider).await;
+    drop(summary);
+
+    let metrics = server.url().replace("/mcp", "/metrics");
+    let series = "mcp_requests_total{method=\"tools/call\",outcome=\"cancelled\"}";
+    let counted = metric_until(&metrics, series, "1", PATIENCE).await;
+    provider.release();
+    assert_eq!(
+        counted.as_deref(),
+        Some("1"),
+        "the call its client gave up on is counted cancelled"
+    );
+}
+
+/// The value of `series` in the exposition at `metrics`, read again until it is `wanted` or
+/// `within` has passed; `None` while the series is absent.
+async fn metric_until(
+    metrics: &str,
+    series: &str,
+    wanted: &str,
+    within: Duration,
+) -> Option<String> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let text = reqwest::get(metrics)
+            .await
+            .expect("metrics answer")
+            .text()
+            .await
+            .expect("metrics text");
+        let value = text
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .map(str::to_owned);
+        if value.as_deref() == Some(wanted) || tokio::time::Instant::now() >= deadline {
+            return value;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -7,6 +7,7 @@ mod support;
 #[allow(dead_code)]
 #[path = "../examples/common/mod.rs"]
 mod common;
+#[allow(dead_code)]
 #[path = "../examples/common/nginx.rs"]
 mod nginx;
 
@@ -93,30 +94,8 @@ async fn sigterm_finishes_a_streamed_call_ends_listen_streams_and_exits_cleanly(
         "SUMMARY: Loved by all.\nTHEMES: acting; music".into(),
     ))
     .await;
-    let launch = Launch::with_args([
-        "--llm-base-url",
-        &provider.base_url(),
-        "--llm-model",
-        "review-writer-test",
-        "--llm-api-key",
-        "sk-test-0123456789",
-    ]);
-    let mut server = MovieServer::start_with(Backend::Sqlite, launch).await;
-    let client = support::checked_client(server.url().to_owned());
+    let (mut server, mut summary) = support::movies::summarizing_with(&provider).await;
     let mut listen = server.listen_for_tool_changes().await;
-    let mut summary = client
-        .request("tools/call")
-        .params(json!({"name": "summarizeMovieReviews", "arguments": {"movieId": "6"}}))
-        .progress_token(json!("drain"))
-        .open_stream()
-        .await;
-    // Progress 0.4: the provider has been asked, and waits to be released.
-    loop {
-        let message = summary.expect_message(PATIENCE).await;
-        if message["params"]["progress"].as_f64() == Some(0.4) {
-            break;
-        }
-    }
     let base = server.url().trim_end_matches("/mcp").to_owned();
     let readyz = format!("{base}/readyz");
     // One pooled connection, as a balancer keeps.
@@ -182,6 +161,30 @@ async fn sigterm_finishes_a_streamed_call_ends_listen_streams_and_exits_cleanly(
         status.is_some_and(|status| status.success()),
         "the server exits 0 once its call is answered: {status:?}"
     );
+}
+
+#[tokio::test]
+async fn a_second_stop_signal_stops_a_draining_server_at_once() {
+    let provider = FakeProvider::start(Answer::Held("SUMMARY: Held.\nTHEMES: none".into())).await;
+    let (mut server, _summary) = support::movies::summarizing_with(&provider).await;
+    server.terminate();
+    assert_eq!(
+        server.exit_status(Duration::from_secs(1)).await,
+        None,
+        "the first SIGTERM drains: the summary under way keeps the server up"
+    );
+    server.terminate();
+    let status = server.exit_status(Duration::from_secs(5)).await;
+    assert_eq!(
+        status.and_then(|status| status.code()),
+        Some(143),
+        "the second SIGTERM stops it at once, as a process killed by SIGTERM reports: {status:?}"
+    );
+    assert!(
+        server.log().contains("a second stop signal"),
+        "the log says why the call under way went unanswered"
+    );
+    provider.release();
 }
 
 /// What the load generator saw.

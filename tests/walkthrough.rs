@@ -75,7 +75,18 @@ fn help_says_how_to_use_it() {
     let (ok, text) = walkthrough(&["--url", "http://127.0.0.1:9/mcp"]);
     assert!(!ok, "no token is an error");
     assert!(
-        text.contains("--token"),
-        "and says what is missing:\n{text}"
+        text.contains("--token") && text.contains("\nusage: watchlist_walkthrough"),
+        "and says what is missing, then how to use it, as text:\n{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_token_is_said_in_words() {
+    let server = MovieServer::start(Backend::Sqlite).await;
+    let (ok, text) = walkthrough(&["--url", server.url(), "--token", "not-a-token"]);
+    assert!(!ok, "a refused token is an error:\n{text}");
+    assert!(
+        text.contains("refused the token (HTTP 401)") && !text.contains("panicked"),
+        "said in words, not as a panic:\n{text}"
     );
 }

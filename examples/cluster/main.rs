@@ -11,7 +11,8 @@
 //! Every replica gets the same `MOVIEDB_STATE_KEYS` and `MOVIEDB_JWT_SECRET` (taken from the
 //! environment, or generated for this run), so any of them opens any `requestState` and accepts any
 //! token. nginx sends each request to the next replica (round robin, no stickiness) and says which
-//! replica served it in `X-Moviedb-Upstream`. Ctrl-C or SIGTERM stops nginx and the replicas.
+//! replica served it in `X-Moviedb-Upstream`. SIGTERM stops nginx and the replicas, which drain;
+//! Ctrl-C at the terminal reaches the replicas too, and they stop at once (see the README).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -95,7 +96,16 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     println!("balancer: {}", balancer.url());
-    shutdown.await;
+    tokio::select! {
+        // A Ctrl-C at the terminal stops nginx too: the signal is looked at first.
+        biased;
+        () = shutdown => {}
+        exited = balancer.exited() => {
+            supervisor.stop().await;
+            let status = exited.map_or_else(|e| e.to_string(), |status| status.to_string());
+            anyhow::bail!("nginx exited ({status}); the replicas were stopped");
+        }
+    }
     tracing::info!("stopping nginx and the replicas");
     balancer.stop().await;
     supervisor.stop().await;

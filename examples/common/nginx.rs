@@ -65,6 +65,22 @@ impl Nginx {
             .kill_on_drop(true)
             .spawn()
             .context("cannot start nginx (install Debian's nginx package, or set NGINX)")?;
+        // nginx writes its pid file once it holds its listening socket: until then, whatever
+        // answers on the port is someone else's (and nginx exits, unable to bind).
+        let deadline = tokio::time::Instant::now() + STARTUP_LIMIT;
+        while !pid_file.exists() {
+            if let Some(status) = child.try_wait()? {
+                anyhow::bail!(
+                    "nginx exited ({status}) before listening on 127.0.0.1:{port} (is the port \
+                     taken?)"
+                );
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "nginx did not start within {STARTUP_LIMIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         crate::common::wait_until_listening(&mut child, addr, STARTUP_LIMIT)
             .await
@@ -79,6 +95,11 @@ impl Nginx {
     /// The MCP endpoint through nginx.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// Resolves when nginx exits by itself (a stop asked by [`Self::stop`] aside).
+    pub async fn exited(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.wait().await
     }
 
     /// Stops nginx (SIGQUIT would wait for streams; SIGTERM is its fast stop).

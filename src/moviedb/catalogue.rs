@@ -25,6 +25,7 @@ use super::fresh::{Fresh, Version};
 use super::model::{
     Id, ItemContent, Mood, MovieSummary, Review, Title, WatchStatus, WatchlistItem,
 };
+use super::sqlite_file::{self, SetUpLock};
 use super::watchlist_batches::{self, ListedCheck, NewItem, OnList};
 
 /// SQLite connections for reads; writes have one of their own.
@@ -73,8 +74,14 @@ pub struct Catalogue {
 }
 
 impl Catalogue {
-    /// Connects to `url` (`sqlite://…` or `postgres://…`) and brings the schema up to date.
-    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+    /// Connects to `url` (`sqlite://…` or `postgres://…`), brings the schema up to date and runs
+    /// `prepare` (the seeding) on the catalogue. Processes doing so on the same SQLite file take
+    /// turns ([`SetUpLock`]); on PostgreSQL the migrator takes a lock of its own, and seeding
+    /// waits for another's rows.
+    pub async fn connect<T>(
+        url: &str,
+        prepare: impl AsyncFnOnce(&Self) -> anyhow::Result<T>,
+    ) -> anyhow::Result<(Self, T)> {
         install_default_drivers();
         let postgres = url.starts_with("postgres:") || url.starts_with("postgresql:");
         let sqlite = url.starts_with("sqlite:");
@@ -82,10 +89,17 @@ impl Catalogue {
             postgres || sqlite,
             "DATABASE_URL must start with sqlite: or postgres:"
         );
-        let pool_url = if postgres {
-            with_statement_cache(url)
+        let (pool_url, set_up_lock) = if postgres {
+            (with_statement_cache(url), None)
         } else {
-            url.to_owned()
+            let file = sqlite_file::file_of(url)?;
+            // A read-only process migrates and seeds nothing: it need not take its turn.
+            let lock = if sqlite_file::read_only(url) {
+                None
+            } else {
+                Some(SetUpLock::take(&file).await?)
+            };
+            (sqlite_file::creating(url), lock)
         };
         let pool_url = pool_url.as_str();
         let open = |connections: u32| async move {
@@ -139,17 +153,16 @@ impl Catalogue {
             reader,
             writer,
         };
-        Ok(catalogue)
+        let prepared = prepare(&catalogue).await?;
+        drop(set_up_lock);
+        Ok((catalogue, prepared))
     }
 
     /// The SQLite URL of the embedded database under `data_dir`, creating the folder.
     pub fn embedded_url(data_dir: &Path) -> anyhow::Result<String> {
         std::fs::create_dir_all(data_dir)
             .with_context(|| format!("cannot create {}", data_dir.display()))?;
-        Ok(format!(
-            "sqlite://{}?mode=rwc",
-            data_dir.join("moviedb.sqlite3").display()
-        ))
+        sqlite_file::url_of(&data_dir.join("moviedb.sqlite3"))
     }
 
     /// Checks that the database answers.

@@ -8,6 +8,7 @@ mod catalogue_batches;
 mod fresh;
 pub mod model;
 pub mod seed;
+mod sqlite_file;
 pub mod summarizer;
 pub mod summary;
 pub mod tools;

@@ -17,6 +17,7 @@ use crate::mrtr::{HandlerError, RequestContext};
 use crate::protocol::content::CallToolResult;
 use crate::protocol::input::{Elicitation, Sampling, SamplingParams};
 use crate::registry::{NoArguments, Registry, Tool};
+use mcp_mrtr::log_budget::LogBudget;
 
 /// The question `addToWatchlist` asks when the agent gave no status.
 pub const STATUS_QUESTION: &str =
@@ -108,6 +109,9 @@ comes. A title already on the list fails with an \"already in your watch list\" 
 done, not as a failure to retry.";
 
 const WATCHLIST_DESCRIPTION: &str = "Lists the signed-in user's watch list, newest first.";
+
+/// A line per failed sampling request: a client can fail every one.
+static CLIENT_MODEL_FAILURES: LogBudget = LogBudget::new();
 
 /// The behaviour hints every movie tool shares: none destroys anything, repeating a call changes
 /// nothing more, and none reaches beyond the catalogue.
@@ -239,7 +243,9 @@ impl LentModel for ClientModel<'_> {
         match self.0.sample("review_summary", params).await {
             Ok(Sampling::Reply(reply)) if !reply.text.trim().is_empty() => Some(reply.text),
             Ok(Sampling::Failed(why)) => {
-                tracing::info!("the client's model did not summarize: {why}");
+                if let Some(held_back) = CLIENT_MODEL_FAILURES.take() {
+                    tracing::info!(held_back, "the client's model did not summarize: {why}");
+                }
                 None
             }
             _ => None,

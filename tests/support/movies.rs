@@ -609,3 +609,34 @@ pub fn seed_scores(movie_id: i64) -> Vec<i64> {
 pub fn mean(scores: &[i64]) -> f64 {
     scores.iter().sum::<i64>() as f64 / scores.len() as f64
 }
+
+/// A server summarizing with `provider`, and a streamed `summarizeMovieReviews` call it is
+/// making: the provider has been asked, and holds its answer until released.
+pub async fn summarizing_with(
+    provider: &super::openai::FakeProvider,
+) -> (MovieServer, super::EventStream) {
+    let launch = Launch::with_args([
+        "--llm-base-url",
+        &provider.base_url(),
+        "--llm-model",
+        "review-writer-test",
+        "--llm-api-key",
+        "sk-test-0123456789",
+    ]);
+    let server = MovieServer::start_with(Backend::Sqlite, launch).await;
+    let client = super::checked_client(server.url().to_owned());
+    let mut summary = client
+        .request("tools/call")
+        .params(json!({"name": "summarizeMovieReviews", "arguments": {"movieId": "6"}}))
+        .progress_token(json!("drain"))
+        .open_stream()
+        .await;
+    // Progress 0.4: the provider has been asked, and waits to be released.
+    loop {
+        let message = summary.expect_message(Duration::from_secs(15)).await;
+        if message["params"]["progress"].as_f64() == Some(0.4) {
+            break;
+        }
+    }
+    (server, summary)
+}

@@ -100,7 +100,7 @@ pub mod auth;
 #[cfg(feature = "client")]
 pub mod client;
 mod drain;
-mod log_budget;
+pub mod log_budget;
 pub mod mrtr;
 mod observe;
 pub mod protocol;

@@ -10,8 +10,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Lines of one kind let through each second.
 const LINES_PER_SECOND: u32 = 5;
 
-/// The budget of one kind of line.
-pub(crate) struct LogBudget {
+/// The budget of one kind of line, kept in a `static`:
+///
+/// ```
+/// use mcp_mrtr::log_budget::LogBudget;
+///
+/// static DECLINED: LogBudget = LogBudget::new();
+///
+/// if let Some(held_back) = DECLINED.take() {
+///     tracing::info!(held_back, "a user declined");
+/// }
+/// ```
+pub struct LogBudget {
     window: Mutex<Window>,
 }
 
@@ -24,8 +34,15 @@ struct Window {
     held_back: u64,
 }
 
+impl Default for LogBudget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl LogBudget {
-    pub(crate) const fn new() -> Self {
+    /// A budget of 5 lines a second.
+    pub const fn new() -> Self {
         Self {
             window: Mutex::new(Window {
                 second: 0,
@@ -37,7 +54,7 @@ impl LogBudget {
 
     /// `Some` with how many lines of this kind were held back before it, when a line may be
     /// written now; `None` when it is held back.
-    pub(crate) fn take(&self) -> Option<u64> {
+    pub fn take(&self) -> Option<u64> {
         let second = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_secs());

@@ -49,7 +49,7 @@ pub fn enable() {
     ENABLED.store(true, Ordering::Relaxed);
     describe_counter!(
         "mcp_requests_total",
-        "Requests handled, by method and outcome (complete, input_required, task, or the JSON-RPC error code)"
+        "Requests handled, by method and outcome (complete, input_required, task, cancelled, or the JSON-RPC error code)"
     );
     describe_histogram!(
         "mcp_request_duration_seconds",
@@ -125,15 +125,39 @@ pub fn enable() {
     );
 }
 
-/// `mcp_requests_total{method, outcome}`: requests handled, by method and by how they ended
-/// (`complete`, `input_required`, `task`, or the JSON-RPC error code).
-pub(crate) fn request(method: Method, outcome: &'static str, took: Stopwatch) {
-    let Some(took) = took.elapsed() else {
-        return;
-    };
-    counter!("mcp_requests_total", "method" => method.as_str(), "outcome" => outcome).increment(1);
-    histogram!("mcp_request_duration_seconds", "method" => method.as_str())
-        .record(took.as_secs_f64());
+/// `mcp_requests_total{method, outcome}` and `mcp_request_duration_seconds{method}` for one
+/// request: by how it ended (`complete`, `input_required`, `task`, or the JSON-RPC error code),
+/// or `cancelled` when it is dropped unfinished (its client went away, or cancelled it).
+pub(crate) struct RequestCount {
+    method: Method,
+    started: Stopwatch,
+    outcome: &'static str,
+}
+
+impl RequestCount {
+    pub(crate) fn start(method: Method) -> Self {
+        Self {
+            method,
+            started: Stopwatch::start(),
+            outcome: "cancelled",
+        }
+    }
+
+    /// The request ended with `outcome`.
+    pub(crate) fn ended(mut self, outcome: &'static str) {
+        self.outcome = outcome;
+    }
+}
+
+impl Drop for RequestCount {
+    fn drop(&mut self) {
+        let Some(took) = self.started.elapsed() else {
+            return;
+        };
+        let method = self.method.as_str();
+        counter!("mcp_requests_total", "method" => method, "outcome" => self.outcome).increment(1);
+        histogram!("mcp_request_duration_seconds", "method" => method).record(took.as_secs_f64());
+    }
 }
 
 /// A JSON-RPC error code as an `outcome` label: the codes a server sends, or `other`.
@@ -226,11 +250,22 @@ impl Held {
         if !enabled() {
             return;
         }
-        let name = match self {
+        gauge!(self.gauge_name(), "store" => store).set(count as f64);
+    }
+
+    /// `store` holds `change` entries more (or fewer) than it did.
+    pub(crate) fn changed(self, store: &'static str, change: i64) {
+        if !enabled() || change == 0 {
+            return;
+        }
+        gauge!(self.gauge_name(), "store" => store).increment(change as f64);
+    }
+
+    fn gauge_name(self) -> &'static str {
+        match self {
             Self::Continuations => "mcp_continuations_pending",
             Self::Sessions => "mcp_legacy_sessions_open",
-        };
-        gauge!(name, "store" => store).set(count as f64);
+        }
     }
 
     /// `count` entries left `store` unread: expired or evicted.

@@ -86,8 +86,8 @@ pub struct Settings {
     pub drain: Drain,
     /// What `/readyz` checks besides the Redis store (which is checked whenever configured).
     pub readiness: Readiness,
-    /// Period of keep-alive comments on long-lived streams (taken within a millisecond and a
-    /// day).
+    /// Period of keep-alive comments on streams, long-lived ones and those of requests that wait
+    /// (taken within a millisecond and a day).
     pub keepalive: Duration,
     /// Most requests handled at once, counted from when their body is in (more wait a second,
     /// then get 503). Also how many 2025-11-25 calls run on after their clients closed their

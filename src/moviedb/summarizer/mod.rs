@@ -31,6 +31,7 @@ use super::catalogue;
 use super::model::Review;
 use super::summary::{self, MIN_REVIEWS_FOR_SUMMARY, ReviewSummary};
 use crate::store::RedisStoreConfig;
+use mcp_mrtr::log_budget::LogBudget;
 use tracing::Instrument as _;
 
 /// The words of a summary, the part a summarizer writes: one sentence and the themes.
@@ -65,6 +66,8 @@ pub trait LentModel: Send + Sync {
 const LENT_MODEL: &str = "client-sampling";
 /// Token budget of a summary asked of a client's model.
 const LENT_MODEL_MAX_TOKENS: u32 = 1024;
+/// A line per call whose client's model gave nothing: a client can make every call so.
+static NO_LENT_SUMMARY: LogBudget = LogBudget::new();
 
 /// One summary to write, as [`Summarizer::plan`] worked it out.
 pub struct Plan<'a> {
@@ -227,7 +230,13 @@ impl Summarizer {
                 Keep::Everywhere(self.lifetimes.provider),
             )),
             None => {
-                tracing::info!(movie_id, "the client's model gave no summary; falling back");
+                if let Some(held_back) = NO_LENT_SUMMARY.take() {
+                    tracing::info!(
+                        movie_id,
+                        held_back,
+                        "the client's model gave no summary; falling back"
+                    );
+                }
                 let text = match &self.provider {
                     Some(provider) => {
                         let key = SummaryKey::new(movie_id, provider.writer(), reviews);

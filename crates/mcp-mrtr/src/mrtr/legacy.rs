@@ -16,6 +16,7 @@ use super::ask::{Answer, Answers, Asker, supports};
 use super::error::HandlerError;
 use super::notify::Notifier;
 use super::seal::{StateSealer, VOUCH_TAG_LEN, VOUCH_UNIQUE_LEN};
+use crate::log_budget::LogBudget;
 use crate::protocol::error::excerpt;
 use crate::protocol::input::{ElicitParams, Elicitation, InputRequest, Roots, Sampling};
 use crate::protocol::jsonrpc::notification_bytes;
@@ -350,6 +351,11 @@ impl Asker for LegacyPeer {
     }
 }
 
+/// Log lines every client can cause at will, one per question it leaves unanswered or answers
+/// wrong.
+static UNUSABLE_ANSWERS: LogBudget = LogBudget::new();
+static UNANSWERED: LogBudget = LogBudget::new();
+
 /// Turns a legacy answer into the handler's view. Errors never fail the call: a refusal (code -1)
 /// is a decline, anything else a cancellation (elicitation) or a failure (sampling, roots). The
 /// call cannot ask again, so a form answer that does not fit the form counts as cancelled too.
@@ -360,12 +366,21 @@ fn interpret(key: &str, request: &InputRequest, answer: ClientAnswer) -> Answer 
         {
             Ok(elicitation) => Answer::Elicitation(elicitation),
             Err(e) => {
-                tracing::warn!(key, "unusable elicitation answer: {}", e.message);
+                if let Some(held_back) = UNUSABLE_ANSWERS.take() {
+                    tracing::warn!(key, held_back, "unusable elicitation answer: {}", e.message);
+                }
                 Answer::Elicitation(Elicitation::Cancelled)
             }
         },
         (InputRequest::Elicit(_), Err(error)) => {
-            tracing::info!(key, "elicitation not answered: {}", reason(&error));
+            if let Some(held_back) = UNANSWERED.take() {
+                tracing::info!(
+                    key,
+                    held_back,
+                    "elicitation not answered: {}",
+                    reason(&error)
+                );
+            }
             let refused = error.get("code").and_then(Value::as_i64) == Some(-1);
             Answer::Elicitation(if refused {
                 Elicitation::Declined

@@ -27,6 +27,8 @@ const PUBLISHED_CHECK: Duration = Duration::from_millis(10);
 /// Events a listener may fall behind by before it misses some (it is then sent again all it may
 /// have missed). Every task's changes pass through, wanted by a stream or not.
 const LOCAL_CAPACITY: usize = 1024;
+/// The same for listeners that follow no task: list changes and resource updates are rare.
+const WITHOUT_TASKS_CAPACITY: usize = 256;
 
 /// A change a server announces to its `subscriptions/listen` streams.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +91,7 @@ impl WeakEvents {
 
 struct Shared {
     /// This server's listeners.
-    local: broadcast::Sender<ServerEvent>,
+    local: Local,
     /// Events on their way to the relay, once the server relays through Redis.
     outbox: OnceLock<mpsc::Sender<ServerEvent>>,
     /// Events handed to the relay and not yet published.
@@ -100,7 +102,7 @@ impl Default for Events {
     fn default() -> Self {
         Self {
             shared: Arc::new(Shared {
-                local: broadcast::channel(LOCAL_CAPACITY).0,
+                local: Local::default(),
                 outbox: OnceLock::new(),
                 unpublished: Arc::new(AtomicUsize::new(0)),
             }),
@@ -118,14 +120,14 @@ impl Events {
     /// listening is fine.
     pub fn notify(&self, event: ServerEvent) {
         let Some(outbox) = self.shared.outbox.get() else {
-            let _ = self.shared.local.send(event);
+            self.shared.local.send(event);
             return;
         };
         self.shared.unpublished.fetch_add(1, Ordering::AcqRel);
         if let Err(full) = outbox.try_send(event) {
             self.shared.unpublished.fetch_sub(1, Ordering::AcqRel);
             tracing::warn!("change-event relay is backed up; delivering on this replica only");
-            let _ = self.shared.local.send(full.into_inner());
+            self.shared.local.send(full.into_inner());
         }
     }
 
@@ -148,7 +150,13 @@ impl Events {
 
     /// A receiver of every event delivered to this server's listeners, for one stream to filter.
     pub fn subscribe(&self) -> broadcast::Receiver<ServerEvent> {
-        self.shared.local.subscribe()
+        self.shared.local.all.subscribe()
+    }
+
+    /// A receiver of every event but task changes, for a stream that follows no task: task churn,
+    /// however heavy, cannot make it fall behind and resend list changes that never happened.
+    pub fn subscribe_without_tasks(&self) -> broadcast::Receiver<ServerEvent> {
+        self.shared.local.without_tasks.subscribe()
     }
 
     /// From now on, relays every event through `relay` so the listeners of every replica sharing
@@ -166,11 +174,38 @@ impl Events {
     }
 }
 
+/// This server's listeners: those that take every event, and those that take all but task
+/// changes.
+#[derive(Clone)]
+struct Local {
+    all: broadcast::Sender<ServerEvent>,
+    without_tasks: broadcast::Sender<ServerEvent>,
+}
+
+impl Default for Local {
+    fn default() -> Self {
+        Self {
+            all: broadcast::channel(LOCAL_CAPACITY).0,
+            without_tasks: broadcast::channel(WITHOUT_TASKS_CAPACITY).0,
+        }
+    }
+}
+
+impl Local {
+    /// Delivers `event` to the listeners that take it; nobody listening is fine.
+    fn send(&self, event: ServerEvent) {
+        if !matches!(event, ServerEvent::TaskChanged(_)) {
+            let _ = self.without_tasks.send(event.clone());
+        }
+        let _ = self.all.send(event);
+    }
+}
+
 /// Publishes this server's events in order, and delivers every event any replica published.
 async fn run_relay(
     mut relay: RedisEventRelay,
     mut pending: mpsc::Receiver<ServerEvent>,
-    local: broadcast::Sender<ServerEvent>,
+    local: Local,
     unpublished: Arc<AtomicUsize>,
 ) {
     loop {
@@ -182,7 +217,7 @@ async fn run_relay(
             }
             Some(payload) = relay.next_message() => match ServerEvent::from_wire(&payload) {
                 Some(event) => {
-                    let _ = local.send(event);
+                    local.send(event);
                 }
                 None => tracing::warn!(
                     channel = relay.channel(),
@@ -195,19 +230,15 @@ async fn run_relay(
 
 /// Publishes `event`; when that fails, or when no subscriber (this replica's own included) is
 /// connected to receive it, delivers it to this replica's listeners directly.
-async fn publish(
-    relay: &RedisEventRelay,
-    event: ServerEvent,
-    local: &broadcast::Sender<ServerEvent>,
-) {
+async fn publish(relay: &RedisEventRelay, event: ServerEvent, local: &Local) {
     match relay.publish(&event.to_wire()).await {
         Ok(0) => {
-            let _ = local.send(event);
+            local.send(event);
         }
         Ok(_) => {}
         Err(e) => {
             tracing::warn!("could not relay a change event ({e}); delivering on this replica only");
-            let _ = local.send(event);
+            local.send(event);
         }
     }
 }
@@ -481,6 +512,33 @@ mod tests {
                 ServerEvent::ResourceUpdated("test://a".into()),
                 ServerEvent::ResourceUpdated("test://b".into()),
             ]
+        );
+    }
+
+    #[tokio::test]
+    async fn task_churn_does_not_make_a_listener_without_tasks_fall_behind() {
+        let events = Events::new();
+        let mut everything = events.subscribe();
+        let mut without_tasks = events.subscribe_without_tasks();
+        events.notify(ServerEvent::ToolsListChanged);
+        for task in 0..LOCAL_CAPACITY * 2 {
+            events.notify(ServerEvent::TaskChanged(task.to_string()));
+        }
+        events.notify(ServerEvent::ResourceUpdated("test://a".into()));
+        assert_eq!(
+            without_tasks.recv().await.ok(),
+            Some(ServerEvent::ToolsListChanged)
+        );
+        assert_eq!(
+            without_tasks.recv().await.ok(),
+            Some(ServerEvent::ResourceUpdated("test://a".into()))
+        );
+        assert!(
+            matches!(
+                everything.recv().await,
+                Err(broadcast::error::RecvError::Lagged(_))
+            ),
+            "a listener of every event fell behind"
         );
     }
 

@@ -242,7 +242,7 @@ impl Server {
         params: &Map<String, Value>,
         env: RequestEnv,
     ) -> Result<Reply, ProtocolError> {
-        let started = observe::Stopwatch::start();
+        let count = observe::RequestCount::start(method);
         let span = tracing::info_span!(
             "mcp.request",
             otel.name = method.as_str(),
@@ -258,7 +258,7 @@ impl Server {
             Ok(_) => "complete",
             Err(error) => observe::error_outcome(error.code),
         };
-        observe::request(method, outcome, started);
+        count.ended(outcome);
         reply
     }
 

@@ -131,7 +131,8 @@ struct Table<K> {
     /// Locked after a shard is released, or before one is locked: never while holding one.
     owners: Mutex<HashMap<Owner, Holdings<K>>>,
     share: usize,
-    /// Entries held now, for metrics.
+    /// Entries held now: the sum of the changes the metrics' gauge is given, kept so that the
+    /// tests can check that sum.
     live: AtomicI64,
     /// What the table's entries are, in the metrics.
     held: Held,
@@ -185,8 +186,9 @@ impl<K: Hash + Eq + Clone> Table<K> {
     /// unread ones out (expired or evicted), for the metrics.
     fn count(&self, added: usize, taken: usize, dropped: usize) {
         let change = added as i64 - taken as i64 - dropped as i64;
-        let now = self.live.fetch_add(change, Ordering::Relaxed) + change;
-        self.held.now("memory", u64::try_from(now).unwrap_or(0));
+        self.live.fetch_add(change, Ordering::Relaxed);
+        // The change, not the new total: totals set by two threads could land in either order.
+        self.held.changed("memory", change);
         self.held.lapsed("memory", dropped as u64);
     }
 

@@ -131,6 +131,8 @@ pub struct Renewable<C> {
     open: Open<C>,
     /// What is opened anew, for the log.
     what: &'static str,
+    /// Longest an opening may take: past it the renewal gives up, and a later call may try again.
+    open_limit: Duration,
     renewing: AtomicBool,
     /// Milliseconds after `clock` when the last renewal started, plus one (0: none yet).
     last_renewal: AtomicU64,
@@ -141,11 +143,12 @@ pub struct Renewable<C> {
 const RENEWAL_INTERVAL: Duration = Duration::from_secs(1);
 
 impl<C: Clone + Send + 'static> Renewable<C> {
-    fn new(current: C, what: &'static str, open: Open<C>) -> Arc<Self> {
+    fn new(current: C, what: &'static str, open_limit: Duration, open: Open<C>) -> Arc<Self> {
         Arc::new(Self {
             current: Mutex::new(current),
             open,
             what,
+            open_limit,
             renewing: AtomicBool::new(false),
             last_renewal: AtomicU64::new(0),
             clock: Instant::now(),
@@ -174,15 +177,20 @@ impl<C: Clone + Send + 'static> Renewable<C> {
         self.last_renewal.store(now, Ordering::Relaxed);
         let renewable = self.clone();
         tokio::spawn(async move {
-            match (renewable.open)().await {
-                Ok(fresh) => {
+            match tokio::time::timeout(renewable.open_limit, (renewable.open)()).await {
+                Ok(Ok(fresh)) => {
                     *renewable
                         .current
                         .lock()
                         .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh;
                     tracing::info!("{} opened anew", renewable.what);
                 }
-                Err(e) => tracing::warn!("opening the {} anew failed: {e}", renewable.what),
+                Ok(Err(e)) => tracing::warn!("opening the {} anew failed: {e}", renewable.what),
+                Err(_) => tracing::warn!(
+                    "opening the {} anew took over {:?}; given up",
+                    renewable.what,
+                    renewable.open_limit
+                ),
             }
             renewable.renewing.store(false, Ordering::Release);
         });
@@ -213,17 +221,34 @@ impl RedisConnection {
     }
 }
 
+impl<C: ConnectionLike + Clone + Send + 'static> Renewable<C> {
+    /// Sends `cmd` on the current connection (a clone: the lock is not held across the call).
+    fn command<'a>(&self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let mut connection = self.connection();
+        Box::pin(async move { connection.req_packed_command(cmd).await })
+    }
+
+    /// Sends `count` commands of `pipeline` from `offset` on the current connection.
+    fn commands<'a>(
+        &self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let mut connection = self.connection();
+        Box::pin(async move {
+            connection
+                .req_packed_commands(pipeline, offset, count)
+                .await
+        })
+    }
+}
+
 impl ConnectionLike for RedisConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Self::Single(single) => {
-                let mut connection = single.connection();
-                Box::pin(async move { connection.req_packed_command(cmd).await })
-            }
-            Self::Cluster(cluster) => {
-                let mut connection = cluster.connection();
-                Box::pin(async move { connection.req_packed_command(cmd).await })
-            }
+            Self::Single(single) => single.command(cmd),
+            Self::Cluster(cluster) => cluster.command(cmd),
         }
     }
 
@@ -234,22 +259,8 @@ impl ConnectionLike for RedisConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Self::Single(single) => {
-                let mut connection = single.connection();
-                Box::pin(async move {
-                    connection
-                        .req_packed_commands(pipeline, offset, count)
-                        .await
-                })
-            }
-            Self::Cluster(cluster) => {
-                let mut connection = cluster.connection();
-                Box::pin(async move {
-                    connection
-                        .req_packed_commands(pipeline, offset, count)
-                        .await
-                })
-            }
+            Self::Single(single) => single.commands(pipeline, offset, count),
+            Self::Cluster(cluster) => cluster.commands(pipeline, offset, count),
         }
     }
 
@@ -305,7 +316,7 @@ pub async fn connect(config: &RedisStoreConfig) -> Result<Connected, StoreError>
                 let (node, manager_config) = (node.clone(), manager_config.clone());
                 Box::pin(ConnectionManager::new_with_config(node, manager_config))
             });
-            RedisConnection::Single(Renewable::new(manager, "Redis connection", open))
+            RedisConnection::Single(Renewable::new(manager, "Redis connection", limit, open))
         }
         None => bounded(limit, open_cluster(config)).await?,
     };
@@ -353,6 +364,7 @@ async fn open_cluster(config: &RedisStoreConfig) -> redis::RedisResult<RedisConn
     Ok(RedisConnection::Cluster(Renewable::new(
         connection,
         "Redis Cluster connection (its topology rediscovered)",
+        config.timeout * 3,
         open,
     )))
 }

@@ -5,7 +5,8 @@
 //! owner's share (then counted as lapsed). Every replica sweeps the indexes now and then: what
 //! it removes as past its deadline left unread (abandoned or expired; counted once, by
 //! whichever replica removed it), and what stays is the store's count of live entries (the
-//! same on every replica).
+//! same on every replica). A sweep also has each index expire a day after the last deadline it
+//! holds, so that indexes nobody sweeps any more do not stay in Redis forever.
 //!
 //! Each index is split over [`SHARDS`] keys so that on a cluster it spreads over the nodes; a
 //! command touches one of them only.
@@ -100,6 +101,11 @@ impl LiveIndex {
                 Err(e) => return (0, Err(e)),
             };
             let live = query::<u64>(connection, timeout, redis::cmd("ZCARD").arg(&key)).await;
+            if matches!(live, Ok(count) if count > 0)
+                && let Err(e) = expire_after_the_last(connection, timeout, &key).await
+            {
+                tracing::debug!("setting {key} to expire: {e}");
+            }
             (lapsed, live)
         });
         let (mut lapsed, mut live, mut failure) = (0, Some(0), None);
@@ -127,6 +133,32 @@ impl LiveIndex {
     pub(super) fn lapsed(&self, count: u64) {
         self.held.lapsed("redis", count);
     }
+}
+
+/// Has the index shard `key` expire a day (the longest pace between sweeps) after the last
+/// deadline it holds: each sweep pushes that on, and an index no replica sweeps any more (its
+/// metrics turned off, its deployment retired) leaves Redis once its entries would all have.
+async fn expire_after_the_last(
+    connection: &RedisConnection,
+    timeout: Duration,
+    key: &str,
+) -> Result<(), StoreError> {
+    let last = redis::cmd("ZREVRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(0)
+        .arg("WITHSCORES")
+        .clone();
+    let last: Vec<(String, f64)> = query(connection, timeout, &last).await?;
+    let Some(&(_, deadline)) = last.first() else {
+        return Ok(());
+    };
+    // Scores are whole milliseconds: the cast loses nothing.
+    let expiry = (deadline.max(0.0) as u64)
+        .saturating_add(millis(CLOCK_SKEW))
+        .saturating_add(millis(LONGEST_PACE));
+    let expiring = redis::cmd("PEXPIREAT").arg(key).arg(expiry).clone();
+    query::<i64>(connection, timeout, &expiring).await.map(drop)
 }
 
 /// Sweeps `indexes` at once, then `pace` (at most a day) after each sweep ended (the pace may

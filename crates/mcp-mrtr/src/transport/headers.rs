@@ -11,13 +11,41 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
 use crate::protocol::error::excerpt;
-use crate::protocol::{Method, ProtocolError};
+use crate::protocol::{Method, ProtocolError, TraceCarrier};
 use crate::registry::HeaderParam;
 
 /// The headers of the 2026-07-28 wire, parsed once.
 pub static MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 static MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
 static MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+/// W3C trace context, as HTTP carries it.
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+static BAGGAGE: HeaderName = HeaderName::from_static("baggage");
+
+/// The W3C trace context of the HTTP headers. `tracestate` and `baggage` sent on several lines
+/// are one list, joined with commas, as HTTP lists are; a `traceparent` sent more than once
+/// names no parent (which of them would be the caller's?), nor does its `tracestate` count.
+pub fn trace_headers(headers: &HeaderMap) -> TraceCarrier {
+    let joined = |name: &HeaderName| {
+        let lines: Vec<&str> = headers
+            .get_all(name)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .collect();
+        (!lines.is_empty()).then(|| lines.join(","))
+    };
+    let mut parents = headers.get_all(&TRACEPARENT).iter();
+    let traceparent = match (parents.next(), parents.next()) {
+        (Some(one), None) => one.to_str().ok().map(str::to_owned),
+        _ => None,
+    };
+    TraceCarrier {
+        tracestate: traceparent.as_ref().and_then(|_| joined(&TRACESTATE)),
+        traceparent,
+        baggage: joined(&BAGGAGE),
+    }
+}
 
 /// Reads a header as text, trimmed. Header names are case-insensitive (HeaderMap folds them).
 /// A header sent on more than one line is refused: a proxy may route on any of them, or on all

@@ -25,7 +25,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::answer_relay::AnswerRelay;
-use super::headers::{MCP_PROTOCOL_VERSION, header_text};
+use super::headers::{MCP_PROTOCOL_VERSION, header_text, trace_headers};
 use super::respond::{Accept, Cancelled, Stop, WireError, accepted, streamed};
 use super::run_on_room::RunOnRoom;
 use super::running_calls::RunningCalls;
@@ -322,7 +322,14 @@ pub(super) async fn post(
             Ok(accepted())
         }
         Incoming::Request { id, method, params } => serve_request(
-            endpoint, principal, session_id, session, accept, &id, &method, params,
+            endpoint,
+            principal,
+            session_id,
+            session,
+            (accept, trace_headers(headers)),
+            &id,
+            &method,
+            params,
         )
         .await
         .map_err(|e| legacy_error(&id, e)),
@@ -335,7 +342,7 @@ async fn serve_request(
     principal: Principal,
     session_id: String,
     session: Session,
-    accept: Accept,
+    (accept, trace): (Accept, TraceCarrier),
     id: &RequestId,
     method: &str,
     params: Map<String, Value>,
@@ -419,7 +426,8 @@ async fn serve_request(
             .and_then(|m| m.get("progressToken"))
             .filter(|t| t.is_string() || t.is_number())
             .cloned(),
-        trace: TraceCarrier::default(),
+        // The 2025-11-25 wire names no place in `_meta` for it: the HTTP headers carry it.
+        trace,
     };
     let peer: Arc<dyn Asker> = Arc::new(
         LegacyPeer::new(
@@ -562,7 +570,8 @@ pub(super) async fn get(
         Err(e) => return Err(WireError::from(e).with_status(StatusCode::SERVICE_UNAVAILABLE)),
     }
     let mut claim = claim.into_inner().unwrap_or_else(PoisonError::into_inner);
-    let mut events = endpoint.server.events().subscribe();
+    // A 2025-11-25 stream follows no task.
+    let mut events = endpoint.server.events().subscribe_without_tasks();
     let watcher = endpoint.clone();
     let task = tokio::spawn(async move {
         let beat = (watcher.legacy.session_idle / 2).max(Duration::from_millis(100));
@@ -618,7 +627,7 @@ async fn relay(
 ) -> bool {
     // Each event, and whether the session is known to subscribe to its resource.
     let heard = match received {
-        // Legacy sessions do not get tasks.
+        // Legacy sessions do not get tasks (their streams listen without them: none comes).
         Ok(ServerEvent::TaskChanged(_)) => return true,
         Ok(event) => vec![(event, false)],
         Err(RecvError::Lagged(_)) => may_have_missed(endpoint, session_id)

@@ -65,7 +65,8 @@ pub struct TransportOptions {
     /// arrive; a request whose next bytes do not fit waits up to [`BUSY_WAIT`], then gets HTTP
     /// 503.
     pub max_buffered_body_bytes: usize,
-    /// Period of SSE comment lines on long-lived streams.
+    /// Period of SSE comment lines on streams: long-lived ones, and a request's while it waits
+    /// (a 2025-11-25 call waiting for its user's answer, say).
     pub keepalive: Duration,
     /// Ends long-lived streams when the server begins to shut down.
     pub drain: Drain,
@@ -181,6 +182,13 @@ impl Endpoint {
         self.streams.open(owner)
     }
 
+    /// The period of keep-alive comments on this endpoint's streams.
+    fn keepalive(&self) -> Duration {
+        self.options
+            .keepalive
+            .clamp(Duration::from_millis(1), MOST_KEEPALIVE)
+    }
+
     /// How a long-lived stream is kept in the room `slot` holds for it: `opening` is its first
     /// message, `farewell` its last when the server ends it, as it does when the credentials it
     /// was opened with stop being accepted (`valid_until`).
@@ -196,10 +204,7 @@ impl Endpoint {
             tokio::time::Instant::now() + left.min(MOST_STREAM_LIFE)
         });
         sse::LongLived {
-            keepalive: self
-                .options
-                .keepalive
-                .clamp(Duration::from_millis(1), MOST_KEEPALIVE),
+            keepalive: self.keepalive(),
             drain: self.options.drain.clone(),
             slot,
             opening: opening.map(|message| sse::frame(&message)),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, Response, StatusCode};
+use axum::http::{HeaderMap, Response, StatusCode};
 use bytes::Bytes;
 use futures::StreamExt as _;
 use serde_json::{Map, Value, json};
@@ -18,7 +18,9 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::headers::{MCP_PROTOCOL_VERSION, check_method, check_name, check_params, header_text};
+use super::headers::{
+    MCP_PROTOCOL_VERSION, check_method, check_name, check_params, header_text, trace_headers,
+};
 use super::respond::{Accept, Stop, WireError, accepted, streamed};
 use super::streams::StreamSlot;
 use super::{Endpoint, owner_of, sse};
@@ -32,11 +34,6 @@ use crate::server::events::MAX_TASK_IDS;
 use crate::server::{Era, RequestEnv, Server, ServerEvent, Subscription};
 use crate::store::Owner;
 use crate::tasks::Tasks;
-
-// The W3C trace context headers, named once rather than parsed at every lookup.
-static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
-static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
-static BAGGAGE: HeaderName = HeaderName::from_static("baggage");
 
 /// The header that names a legacy session (which a modern request ignores).
 const SESSION_ID: &str = "mcp-session-id";
@@ -201,16 +198,13 @@ async fn serve(
     }
     let mut meta = RequestMeta::from_params(&params)?;
     // W3C trace context as HTTP carries it, for clients that set the headers only.
-    let header = |name: &HeaderName| {
-        let value = headers.get(name)?.to_str().ok()?;
-        Some(value.to_owned())
-    };
+    let from_headers = trace_headers(headers);
     if meta.trace.traceparent.is_none() {
-        meta.trace.traceparent = header(&TRACEPARENT);
-        meta.trace.tracestate = header(&TRACESTATE);
+        meta.trace.traceparent = from_headers.traceparent;
+        meta.trace.tracestate = from_headers.tracestate;
     }
     if meta.trace.baggage.is_none() {
-        meta.trace.baggage = header(&BAGGAGE);
+        meta.trace.baggage = from_headers.baggage;
     }
     check_method(headers, method)?;
     let server = &endpoint.server;
@@ -256,7 +250,11 @@ async fn serve(
         // A listen the server has no room for is refused before any task is read for it.
         endpoint.streams.has_room(&owner)?;
         // Listening before the tasks are read: a change made after a read is heard.
-        let events = server.events().subscribe();
+        let events = if subscription.task_ids.is_empty() {
+            server.events().subscribe_without_tasks()
+        } else {
+            server.events().subscribe()
+        };
         let mut first_reads = Vec::new();
         if let Some(tasks) = server.tasks() {
             first_reads = followable(tasks, &principal, &subscription.task_ids).await?;

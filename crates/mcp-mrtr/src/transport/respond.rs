@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument as _;
 
 use super::run_on_room::RunOnRoom;
 use super::streams::ServerFull;
@@ -159,41 +160,45 @@ pub(super) async fn streamed(
     let reply_id = id.clone();
     let handled = Arc::new(AtomicBool::new(false));
     let handler_done = handled.clone();
-    let task = tokio::spawn(async move {
-        env.notifier = Some(Notifier::new(notes_tx));
-        let forward = frames_tx.clone();
-        // Notifications are relayed as they come. The relay ends when the handler drops its
-        // notifier, or as soon as the stream closes: what the handler sends after that (a
-        // question, above all) then fails at once instead of waiting in the channel.
-        let relay = async move {
-            loop {
-                let note = tokio::select! {
-                    biased;
-                    () = forward.closed() => break,
-                    note = notes_rx.recv() => note,
-                };
-                let Some(note) = note else { break };
-                if forward.send(Frame::Notification(note)).await.is_err() {
-                    break;
+    let task = tokio::spawn(
+        async move {
+            env.notifier = Some(Notifier::new(notes_tx));
+            let forward = frames_tx.clone();
+            // Notifications are relayed as they come. The relay ends when the handler drops its
+            // notifier, or as soon as the stream closes: what the handler sends after that (a
+            // question, above all) then fails at once instead of waiting in the channel.
+            let relay = async move {
+                loop {
+                    let note = tokio::select! {
+                        biased;
+                        () = forward.closed() => break,
+                        note = notes_rx.recv() => note,
+                    };
+                    let Some(note) = note else { break };
+                    if forward.send(Frame::Notification(note)).await.is_err() {
+                        break;
+                    }
                 }
-            }
-        };
-        let handling = async { tokio::join!(server.handle(method, &params, env), relay) };
-        let (reply, ()) = match cancelled {
-            None => handling.await,
-            Some(cancelled) => tokio::select! {
-                done = handling => done,
-                () = cancelled => {
-                    handler_done.store(true, Ordering::Release);
-                    let _ = frames_tx.send(Frame::Cancelled).await;
-                    return;
-                }
-            },
-        };
-        handler_done.store(true, Ordering::Release);
-        let last = reply.map(|reply| success_bytes(&reply_id, &reply));
-        let _ = frames_tx.send(Frame::Final(last)).await;
-    });
+            };
+            let handling = async { tokio::join!(server.handle(method, &params, env), relay) };
+            let (reply, ()) = match cancelled {
+                None => handling.await,
+                Some(cancelled) => tokio::select! {
+                    done = handling => done,
+                    () = cancelled => {
+                        handler_done.store(true, Ordering::Release);
+                        let _ = frames_tx.send(Frame::Cancelled).await;
+                        return;
+                    }
+                },
+            };
+            handler_done.store(true, Ordering::Release);
+            let last = reply.map(|reply| success_bytes(&reply_id, &reply));
+            let _ = frames_tx.send(Frame::Final(last)).await;
+        }
+        // In the request's span, as the requests answered in place are: its log lines name it.
+        .in_current_span(),
+    );
     let guard = RequestTask {
         task: Some(task),
         handled,
@@ -221,11 +226,10 @@ pub(super) async fn streamed(
         };
         std::future::ready(bytes)
     });
-    sse::stream(
-        futures::stream::once(async { first }).chain(rest),
-        guard,
-        None,
-    )
+    // Kept alive: a 2025-11-25 call may wait minutes for its user's answer, and a proxy would
+    // otherwise take the quiet stream for a dead one.
+    let frames = futures::stream::once(async { first }).chain(rest);
+    sse::stream(sse::kept_alive(frames, endpoint.keepalive()), guard, None)
 }
 
 /// What the client accepts.

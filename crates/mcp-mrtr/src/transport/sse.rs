@@ -35,6 +35,28 @@ pub fn frame(message: &[u8]) -> Bytes {
     Bytes::from(event)
 }
 
+/// `frames`, with a comment line every `period` beside them (clients ignore comments; proxies and
+/// load balancers see a stream that is alive), ending with them.
+pub fn kept_alive<S>(frames: S, period: Duration) -> impl Stream<Item = Bytes> + Send + 'static
+where
+    S: Stream<Item = Bytes> + Send + 'static,
+{
+    let ticks = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval_at(
+        tokio::time::Instant::now() + period,
+        period,
+    ))
+    .map(|_| Bytes::from_static(b": keep-alive\n\n"));
+    // End with the frames: once the producer is gone there is nothing left to keep alive.
+    tokio_stream::StreamExt::merge(
+        frames
+            .map(Some)
+            .chain(futures::stream::once(async { None })),
+        ticks.map(Some),
+    )
+    .take_while(|item| std::future::ready(item.is_some()))
+    .filter_map(std::future::ready)
+}
+
 /// How a long-lived stream is kept: comment lines during quiet periods, its place among the
 /// streams open, and an end when the server drains or its owner opens one stream more than its
 /// share (a listen stream then ends with its closing response, which tells its client that the
@@ -78,11 +100,6 @@ where
             farewell,
             ends_at,
         }) => {
-            let ticks = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval_at(
-                tokio::time::Instant::now() + period,
-                period,
-            ))
-            .map(|_| Bytes::from_static(b": keep-alive\n\n"));
             let replaced = slot.end_signal();
             let ended_by_server = Arc::new(AtomicBool::new(false));
             let ended = ended_by_server.clone();
@@ -100,16 +117,7 @@ where
                 }
                 ended.store(true, Ordering::Relaxed);
             };
-            // End with the frames: once the producer is gone there is nothing left to keep alive.
-            let merged = tokio_stream::StreamExt::merge(
-                frames
-                    .map(Some)
-                    .chain(futures::stream::once(async { None })),
-                ticks.map(Some),
-            )
-            .take_while(|item| std::future::ready(item.is_some()))
-            .filter_map(std::future::ready)
-            .take_until(server_ends);
+            let merged = kept_alive(frames, period).take_until(server_ends);
             let framed = futures::stream::iter(opening).chain(merged).chain(
                 // Read once the frames have ended: only a stream the server ended says farewell.
                 futures::stream::iter(farewell)

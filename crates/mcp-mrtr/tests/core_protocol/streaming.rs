@@ -2,6 +2,7 @@
 
 use serde_json::json;
 
+use super::PATIENCE;
 use crate::support::TestServer;
 
 #[tokio::test]
@@ -98,4 +99,56 @@ async fn log_messages_are_sent_only_at_or_above_the_requested_level() {
     );
     assert!(silent.notifications().is_empty());
     assert_eq!(silent.text(), "logged");
+}
+
+/// A call's stream that goes quiet (its tool at work, or a 2025-11-25 question waiting for its
+/// user) carries comment lines, so that a proxy does not take it for a dead one.
+#[tokio::test]
+async fn a_quiet_call_stream_is_kept_alive_with_comments() {
+    use crate::support::ServerOptions;
+
+    let server = TestServer::start_with(ServerOptions {
+        keepalive_secs: 1,
+        ..ServerOptions::default()
+    })
+    .await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "slow_progress", "arguments": {},
+        "_meta": {
+            "progressToken": "quiet",
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "quiet-client", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }
+    }});
+    let mut response = server
+        .client()
+        .http()
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "slow_progress")
+        .json(&body)
+        .send()
+        .await
+        .expect("a call");
+    assert_eq!(response.status().as_u16(), 200, "{response:?}");
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !text.contains("\n: keep-alive\n\n") && tokio::time::Instant::now() < deadline {
+        match tokio::time::timeout_at(deadline, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => text.push_str(&String::from_utf8_lossy(&chunk)),
+            _ => break,
+        }
+    }
+    assert!(
+        text.starts_with("data: ") && text.contains("notifications/progress"),
+        "the progress comes first: {text}"
+    );
+    assert!(
+        text.contains("\n: keep-alive\n\n"),
+        "then, while the tool works, comment lines: {text}"
+    );
 }
