@@ -1,8 +1,7 @@
 //! Running the movie server's endpoint from its command line: the library's assembly with the
-//! `MOVIEDB_*` settings, logging and OpenTelemetry traces, Prometheus metrics at `/metrics`, and
-//! a stop on Ctrl-C or SIGTERM.
+//! `MOVIEDB_*` settings, Prometheus metrics at `/metrics`, and a stop on Ctrl-C or SIGTERM (its
+//! log and traces are [`telemetry`](crate::telemetry)'s).
 
-use std::io::IsTerminal as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -10,13 +9,6 @@ use anyhow::Context as _;
 use axum::Router;
 use axum::routing::get;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use opentelemetry::KeyValue;
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing_subscriber::Layer as _;
-use tracing_subscriber::layer::SubscriberExt as _;
-use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::config::ServeArgs;
 
@@ -42,110 +34,6 @@ pub async fn check_redis(args: &ServeArgs) -> anyhow::Result<()> {
             crate::moviedb::catalogue::redact(&config.url)
         ),
     }
-}
-
-/// The OpenTelemetry export, when configured: flushed and stopped when dropped.
-pub struct Telemetry {
-    provider: Option<SdkTracerProvider>,
-}
-
-impl Drop for Telemetry {
-    fn drop(&mut self) {
-        if let Some(provider) = self.provider.take() {
-            // The exporter's blocking HTTP client must not be dropped on the async runtime.
-            let _ = std::thread::spawn(move || provider.shutdown()).join();
-        }
-    }
-}
-
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`); and when `OTEL_EXPORTER_OTLP_ENDPOINT`
-/// (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, exports the same spans over OTLP/HTTP,
-/// following the standard `OTEL_*` variables, as service `moviedb-mcp` unless
-/// `OTEL_SERVICE_NAME` says otherwise. Keep the returned value alive until the end.
-pub fn init_logging() -> Telemetry {
-    let mut filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    // async-openai logs a failed provider call's whole body (a 5xx page, an answer that is not
-    // JSON), which may echo the API key: the summarizer logs each failure itself, trimmed and
-    // with the key scrubbed.
-    if let Ok(quiet) = "async_openai=off".parse() {
-        filter = filter.add_directive(quiet);
-    }
-    // Colours only for a terminal: a log file or journal would keep the escape codes.
-    let log = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    let (provider, failure) = match otlp_endpoint() {
-        None => (None, None),
-        Some(_) => match tracer_provider() {
-            Ok(provider) => (Some(provider), None),
-            Err(e) => (None, Some(e)),
-        },
-    };
-    let export = provider.as_ref().map(|provider| {
-        tracing_opentelemetry::layer()
-            .with_tracer(provider.tracer("moviedb-mcp"))
-            // Not the HTTP layer's span: it starts before the body, where `_meta.traceparent`
-            // is, is read, and the MCP request span under it carries the trace instead.
-            .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
-                meta.target() != "mcp_mrtr::transport::layers"
-            }))
-    });
-    // One filter for both: `RUST_LOG` (default `info`) decides which spans exist, logged or
-    // exported alike.
-    let _ = tracing_subscriber::registry()
-        .with(filter)
-        .with(log)
-        .with(export)
-        .try_init();
-    match (&provider, failure) {
-        (Some(_), _) => tracing::info!(
-            endpoint = crate::moviedb::catalogue::redact(&otlp_endpoint().unwrap_or_default()),
-            "traces exported over OTLP/HTTP"
-        ),
-        (None, Some(e)) => tracing::error!("cannot export traces over OTLP: {e:#}"),
-        (None, None) => {}
-    }
-    Telemetry { provider }
-}
-
-/// Where traces go, when OpenTelemetry's variables say.
-fn otlp_endpoint() -> Option<String> {
-    [
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-    ]
-    .into_iter()
-    .find_map(|name| std::env::var(name).ok().filter(|value| !value.is_empty()))
-}
-
-/// The tracer provider exporting over OTLP/HTTP in batches. Built on a thread of its own: the
-/// exporter's blocking HTTP client must not be made on the async runtime.
-fn tracer_provider() -> anyhow::Result<SdkTracerProvider> {
-    std::thread::spawn(|| {
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .build()
-            .context("building the OTLP span exporter")?;
-        let mut resource =
-            Resource::builder().with_attribute(KeyValue::new("service.instance.id", instance_id()));
-        if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
-            resource = resource.with_service_name("moviedb-mcp");
-        }
-        Ok(SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
-            .with_resource(resource.build())
-            .build())
-    })
-    .join()
-    .map_err(|_| anyhow::anyhow!("building the OTLP exporter panicked"))?
-}
-
-/// A random name for this process among the replicas.
-fn instance_id() -> String {
-    let mut bytes = [0u8; 8];
-    rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut bytes);
-    hex::encode(bytes)
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

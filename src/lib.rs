@@ -12,7 +12,8 @@
 //! - [`moviedb`]: the catalogue (SQLite or PostgreSQL), review summaries (server-side or an LLM
 //!   provider) and the movie tools. It knows tools and `RequestContext`, never HTTP.
 //! - [`auth`]: sign-in with HS256 JWTs (`moviedb-mcp token`), on the library's principal.
-//! - [`config`] and [`app`]: the `MOVIEDB_*` settings and running the endpoint from them.
+//! - [`config`] and [`app`]: the `MOVIEDB_*` settings and running the endpoint from them;
+//!   [`telemetry`]: log lines and OpenTelemetry traces.
 //! - [`bounded`]: reading other services' answers up to a size.
 //! - From the library: [`protocol`] (wire types), [`mrtr`] (the engine: `ctx.elicit`, rounds,
 //!   sealed `requestState`), [`store`] (continuations and sessions, memory or Redis),
@@ -32,5 +33,6 @@ pub mod auth;
 pub mod bounded;
 pub mod config;
 pub mod moviedb;
+pub mod telemetry;
 
 pub use mcp_mrtr::{mrtr, protocol, registry, server, service, store, transport};

@@ -104,7 +104,7 @@ fn user_name(name: &str) -> Result<String, String> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let _telemetry = app::init_logging();
+    let _telemetry = moviedb_mcp::telemetry::init_logging();
     let cli = Cli::parse();
     let catalogue = open_catalogue(&cli.database).await?;
     match cli.command {
@@ -216,7 +216,7 @@ fn jwt_secret(args: &DatabaseArgs) -> anyhow::Result<Vec<u8>> {
     if let Some(secret) = &args.jwt_secret {
         anyhow::ensure!(
             secret.len() >= 16,
-            "MOVIEDB_JWT_SECRET must be at least 16 characters"
+            "MOVIEDB_JWT_SECRET must be at least 16 bytes"
         );
         return Ok(secret.as_bytes().to_vec());
     }
@@ -239,7 +239,7 @@ fn jwt_secret(args: &DatabaseArgs) -> anyhow::Result<Vec<u8>> {
     let existing = existing.trim();
     anyhow::ensure!(
         existing.len() >= 16,
-        "the development secret in {} is shorter than 16 characters (a file cut short?): \
+        "the development secret in {} is shorter than 16 bytes (a file cut short?): \
          delete it to have a new one generated, or set MOVIEDB_JWT_SECRET",
         path.display()
     );

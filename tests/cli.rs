@@ -272,7 +272,7 @@ fn the_development_secret_is_the_owners_alone_and_a_cut_short_one_is_refused() {
     let refused = token();
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "a cut-short secret is refused");
-    assert!(stderr.contains("shorter than 16 characters"), "{stderr}");
+    assert!(stderr.contains("shorter than 16 bytes"), "{stderr}");
     let _ = std::fs::remove_dir_all(&data_dir);
 }
 

@@ -1756,4 +1756,17 @@ async fn questions_refused_in_a_burst_are_logged_within_budget_and_in_their_requ
         per_second.values().all(|lines| *lines <= 5),
         "at most five lines a second: {per_second:?}"
     );
+    // The metrics count every line held back, even those no later line reports.
+    let metrics = reqwest::get(server.url().replace("/mcp", "/metrics"))
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("metrics text");
+    let series = "mcp_log_lines_held_back_total{kind=\"legacy_question_unanswered\"} ";
+    let counted: u64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series))
+        .map_or(0, |value| value.parse().expect("a count"));
+    assert_eq!(counted, 16 - lines, "lines held back, in the metrics");
 }

@@ -860,3 +860,168 @@ async fn metric_until(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A retry refused for an answer the form does not take, then sent again properly, is one wait
+/// for an answer; and the messages the transport refuses before any method runs are counted
+/// apart, by status and code, while a tool's own refusal stays with the requests it handled.
+#[tokio::test]
+async fn mended_retries_count_once_and_transport_refusals_are_counted_apart() {
+    let server = MovieServer::start(Backend::Sqlite).await;
+    let alice = server.user("alice");
+    let state = ask(&alice, 6).await;
+    let unoffered = json!({"status": {"action": "accept", "content": {"status": "MAYBE"}}});
+    let refused = alice
+        .retry("addToWatchlist", add(6), unoffered, &state)
+        .await;
+    assert_eq!(refused.error_code(), -32602, "{}", refused.body_text());
+    let answer = json!({"status": {"action": "accept", "content": {"status": "WATCHED"}}});
+    let done = alice.retry("addToWatchlist", add(6), answer, &state).await;
+    assert_eq!(done.result_type(), "complete", "{}", done.body_text());
+
+    let http = reqwest::Client::new();
+    let post = |body: &'static str| {
+        http.post(server.url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body)
+    };
+    let unparsable = post("{\"jsonrpc\": \"2.0\", ")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(unparsable.status().as_u16(), 400);
+    // The header names one revision, the body another.
+    let mismatched = r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta":
+        {"io.modelcontextprotocol/protocolVersion": "2025-06-18"}}}"#;
+    let mismatched = post(mismatched)
+        .header("mcp-protocol-version", "2026-07-28")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(mismatched.status().as_u16(), 400);
+
+    let metrics = server.url().replace("/mcp", "/metrics");
+    for (series, wanted) in [
+        ("mcp_mrtr_answer_wait_seconds_count", "1"),
+        ("mcp_mrtr_conversations_started_total", "1"),
+        ("mcp_mrtr_conversations_completed_total", "1"),
+        (
+            "mcp_requests_total{method=\"tools/call\",outcome=\"-32602\"}",
+            "1",
+        ),
+        (
+            "mcp_requests_refused_total{status=\"400\",outcome=\"-32700\"}",
+            "1",
+        ),
+        (
+            "mcp_requests_refused_total{status=\"400\",outcome=\"-32020\"}",
+            "1",
+        ),
+    ] {
+        let value = metric_until(&metrics, series, wanted, PATIENCE).await;
+        assert_eq!(value.as_deref(), Some(wanted), "{series}");
+    }
+    let text = reqwest::get(&metrics)
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("metrics text");
+    let refusals: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("mcp_requests_refused_total{"))
+        .collect();
+    assert_eq!(
+        refusals.len(),
+        2,
+        "only the transport's refusals: {refusals:?}"
+    );
+}
+
+/// Spans that cannot reach the OTLP collector are not lost in silence: the log says so.
+#[tokio::test]
+async fn a_collector_that_cannot_be_reached_is_reported_in_the_log() {
+    use support::cluster::{Replicas, SharedSettings};
+    let mut settings = SharedSettings::new(support::net::shared_redis_url());
+    settings.extra_env = vec![
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT".into(),
+            format!("http://127.0.0.1:{}", free_port()),
+        ),
+        ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
+    ];
+    let mut replicas = Replicas::start_with(1, settings).await;
+    let listed = replicas
+        .session(1, "alice")
+        .request("tools/list")
+        .send()
+        .await;
+    assert_eq!(listed.status.as_u16(), 200, "{}", listed.body_text());
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let log = replicas.replica(1).log();
+        // The line of a batch that could not be sent (not of an exporter that could not be made).
+        if log
+            .lines()
+            .any(|line| line.contains("cannot export traces over OTLP") && line.contains("spans="))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no word of the failed export: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A call that goes on as a task stays in its trace: the task's run is a span under the round
+/// that made it.
+#[tokio::test]
+async fn a_task_runs_in_the_trace_of_the_call_that_made_it() {
+    use support::cluster::Replicas;
+    use support::openai::{Answer, FakeProvider};
+    let provider = FakeProvider::start(Answer::Text("SUMMARY: Loved.\nTHEMES: heart".into())).await;
+    let receiver = OtlpReceiver::start().await;
+    let mut settings = receiver.exported_to();
+    settings.extra_env.extend([
+        ("MOVIEDB_LLM_BASE_URL".into(), provider.base_url()),
+        ("MOVIEDB_LLM_MODEL".into(), "review-writer-test".into()),
+        (
+            "MOVIEDB_LLM_API_KEY".into(),
+            "sk-test-0123456789abcdef".into(),
+        ),
+    ]);
+    let replicas = Replicas::start_with(1, settings).await;
+    let alice = replicas.session(1, "alice");
+
+    let trace_id = random_hex(16);
+    let traceparent = format!("00-{trace_id}-{}-01", random_hex(8));
+    let created = alice
+        .request("tools/call")
+        .params(json!({"name": "summarizeMovieReviews", "arguments": {"movieId": "6"}}))
+        .capabilities(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}))
+        .meta("traceparent", json!(traceparent))
+        .send()
+        .await;
+    assert_eq!(created.result_type(), "task", "{}", created.body_text());
+
+    let spans = receiver
+        .wait_for(|spans| {
+            spans
+                .iter()
+                .any(|span| span.name == "mcp.task" && span.trace_id == trace_id)
+        })
+        .await;
+    let in_trace = |name: &str| {
+        spans
+            .iter()
+            .find(|span| span.name == name && span.trace_id == trace_id)
+            .unwrap_or_else(|| panic!("no {name} span in the call's trace: {spans:#?}"))
+    };
+    let (task, round) = (in_trace("mcp.task"), in_trace("mcp.round"));
+    assert_eq!(
+        task.parent_span_id, round.span_id,
+        "the task's run is under the round that made it"
+    );
+}

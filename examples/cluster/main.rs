@@ -61,7 +61,7 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let _telemetry = app::init_logging();
+    let _telemetry = moviedb_mcp::telemetry::init_logging();
     let cli = Cli::parse();
     anyhow::ensure!(cli.replicas > 0, "--replicas must be at least 1");
     let launch = Launch {

@@ -21,7 +21,17 @@ const STARTUP_LIMIT: Duration = Duration::from_secs(20);
 pub struct Nginx {
     pub port: u16,
     child: Child,
-    folder: PathBuf,
+    /// Dropped after the child is told to stop.
+    _folder: Folder,
+}
+
+/// nginx's folder, removed when dropped: also when nginx fails to start.
+struct Folder(PathBuf);
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Nginx {
@@ -32,31 +42,32 @@ impl Nginx {
         replicas: &[SocketAddr],
         name_upstream: bool,
     ) -> anyhow::Result<Self> {
-        let folder =
-            std::env::temp_dir().join(format!("moviedb-nginx-{}", crate::common::random_hex(8)));
-        std::fs::create_dir_all(&folder)
-            .with_context(|| format!("cannot create {}", folder.display()))?;
+        let folder = Folder(
+            std::env::temp_dir().join(format!("moviedb-nginx-{}", crate::common::random_hex(8))),
+        );
+        std::fs::create_dir_all(&folder.0)
+            .with_context(|| format!("cannot create {}", folder.0.display()))?;
         let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/nginx.conf");
-        std::fs::copy(&config, folder.join("nginx.conf"))
+        std::fs::copy(&config, folder.0.join("nginx.conf"))
             .with_context(|| format!("cannot copy {}", config.display()))?;
         let upstreams: String = replicas
             .iter()
             .map(|addr| format!("server {addr} max_fails=2 fail_timeout=2s;\n"))
             .collect();
-        std::fs::write(folder.join("moviedb-upstreams.conf"), upstreams)?;
+        std::fs::write(folder.0.join("moviedb-upstreams.conf"), upstreams)?;
         let mut listen = format!("listen 127.0.0.1:{port};\n");
         if name_upstream {
             listen.push_str(&format!(
                 "add_header {UPSTREAM_HEADER} $upstream_addr always;\n"
             ));
         }
-        std::fs::write(folder.join("moviedb-listen.conf"), listen)?;
-        let pid_file = folder.join("nginx.pid");
-        let mut child = Command::new(nginx_binary())
+        std::fs::write(folder.0.join("moviedb-listen.conf"), listen)?;
+        let pid_file = folder.0.join("nginx.pid");
+        let child = Command::new(nginx_binary())
             .arg("-p")
-            .arg(&folder)
+            .arg(&folder.0)
             .arg("-c")
-            .arg(folder.join("nginx.conf"))
+            .arg(folder.0.join("nginx.conf"))
             .arg("-e")
             .arg("stderr")
             .arg("-g")
@@ -65,11 +76,29 @@ impl Nginx {
             .kill_on_drop(true)
             .spawn()
             .context("cannot start nginx (install Debian's nginx package, or set NGINX)")?;
+        let mut nginx = Self {
+            port,
+            child,
+            _folder: folder,
+        };
+        match nginx.ready(&pid_file).await {
+            Ok(()) => Ok(nginx),
+            Err(e) => {
+                // Stopped and waited for: a master killed by the drop would leave its workers.
+                nginx.stop().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits until nginx listens.
+    async fn ready(&mut self, pid_file: &Path) -> anyhow::Result<()> {
+        let port = self.port;
         // nginx writes its pid file once it holds its listening socket: until then, whatever
         // answers on the port is someone else's (and nginx exits, unable to bind).
         let deadline = tokio::time::Instant::now() + STARTUP_LIMIT;
         while !pid_file.exists() {
-            if let Some(status) = child.try_wait()? {
+            if let Some(status) = self.child.try_wait()? {
                 anyhow::bail!(
                     "nginx exited ({status}) before listening on 127.0.0.1:{port} (is the port \
                      taken?)"
@@ -82,14 +111,9 @@ impl Nginx {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        crate::common::wait_until_listening(&mut child, addr, STARTUP_LIMIT)
+        crate::common::wait_until_listening(&mut self.child, addr, STARTUP_LIMIT)
             .await
-            .context("nginx did not start")?;
-        Ok(Self {
-            port,
-            child,
-            folder,
-        })
+            .context("nginx did not start")
     }
 
     /// The MCP endpoint through nginx.
@@ -118,7 +142,6 @@ impl Drop for Nginx {
                 .args(["-TERM", &pid.to_string()])
                 .status();
         }
-        let _ = std::fs::remove_dir_all(&self.folder);
     }
 }
 

@@ -111,7 +111,7 @@ done, not as a failure to retry.";
 const WATCHLIST_DESCRIPTION: &str = "Lists the signed-in user's watch list, newest first.";
 
 /// A line per failed sampling request: a client can fail every one.
-static CLIENT_MODEL_FAILURES: LogBudget = LogBudget::new();
+static CLIENT_MODEL_FAILURES: LogBudget = LogBudget::new("client_model_failed");
 
 /// The behaviour hints every movie tool shares: none destroys anything, repeating a call changes
 /// nothing more, and none reaches beyond the catalogue.

@@ -2,7 +2,9 @@
 //! answer nobody waits for, no room for a task), let through a few a second each. A client
 //! sending such requests as fast as it can would otherwise make the log grow as fast, and bury
 //! everything else in it.
-//! The lines held back are counted, and the next line let through says how many there were.
+//! The lines held back are counted, and the next line let through says how many there were;
+//! with metrics enabled, `mcp_log_lines_held_back_total{kind}` counts them too, so that those
+//! of a flood's last second, which no later line may report, are not lost.
 
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -15,13 +17,15 @@ const LINES_PER_SECOND: u32 = 5;
 /// ```
 /// use mcp_mrtr::log_budget::LogBudget;
 ///
-/// static DECLINED: LogBudget = LogBudget::new();
+/// static DECLINED: LogBudget = LogBudget::new("declined");
 ///
 /// if let Some(held_back) = DECLINED.take() {
 ///     tracing::info!(held_back, "a user declined");
 /// }
 /// ```
 pub struct LogBudget {
+    /// The `kind` label of the lines it holds back.
+    kind: &'static str,
     window: Mutex<Window>,
 }
 
@@ -34,16 +38,12 @@ struct Window {
     held_back: u64,
 }
 
-impl Default for LogBudget {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl LogBudget {
-    /// A budget of 5 lines a second.
-    pub const fn new() -> Self {
+    /// A budget of 5 lines a second for lines of `kind` (a fixed name, such as
+    /// `"refused_origin"`: the label of the lines it holds back in the metrics).
+    pub const fn new(kind: &'static str) -> Self {
         Self {
+            kind,
             window: Mutex::new(Window {
                 second: 0,
                 written: 0,
@@ -69,6 +69,7 @@ impl LogBudget {
         }
         if window.written >= LINES_PER_SECOND {
             window.held_back += 1;
+            crate::observe::log_line_held_back(self.kind);
             return None;
         }
         window.written += 1;
@@ -82,7 +83,7 @@ mod tests {
 
     #[test]
     fn a_few_lines_a_second_go_through_and_the_next_one_counts_the_rest() {
-        let budget = LogBudget::new();
+        let budget = LogBudget::new("test");
         let first_second: Vec<_> = (0..8).map(|_| budget.take_at(100)).collect();
         assert_eq!(
             first_second,

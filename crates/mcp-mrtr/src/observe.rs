@@ -14,8 +14,9 @@ use metrics::{
 
 use crate::protocol::Method;
 use crate::protocol::error::{
-    HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
-    MISSING_REQUIRED_CLIENT_CAPABILITY, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
+    HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, LEGACY_RESOURCE_NOT_FOUND,
+    METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY, PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
 };
 
 /// Whether [`enable`] was called: until then every record below returns at once (building a
@@ -50,6 +51,11 @@ pub fn enable() {
     describe_counter!(
         "mcp_requests_total",
         "Requests handled, by method and outcome (complete, input_required, task, cancelled, or the JSON-RPC error code)"
+    );
+    describe_counter!(
+        "mcp_requests_refused_total",
+        "POST /mcp messages refused before any method ran (a bad body, Origin, header, \
+         credentials or protocol version, a server too busy), by HTTP status and JSON-RPC code"
     );
     describe_histogram!(
         "mcp_request_duration_seconds",
@@ -119,6 +125,10 @@ pub fn enable() {
         "Long-lived streams ended because their caller opened one more than its share"
     );
     describe_counter!(
+        "mcp_log_lines_held_back_total",
+        "Log lines under a budget (those a client can cause at will, say) held back past 5 a second, by kind"
+    );
+    describe_counter!(
         "mcp_tasks_total",
         "Tasks created, task status changes (input_required, completed, failed, cancelled), and \
          calls answered in their request because no task could be kept (not_kept)"
@@ -171,8 +181,32 @@ pub(crate) fn error_outcome(code: i64) -> &'static str {
         HEADER_MISMATCH => "-32020",
         MISSING_REQUIRED_CLIENT_CAPABILITY => "-32021",
         UNSUPPORTED_PROTOCOL_VERSION => "-32022",
+        LEGACY_RESOURCE_NOT_FOUND => "-32002",
         _ => "other",
     }
+}
+
+/// `mcp_requests_refused_total{status, outcome}`: a message refused by the transport, with the
+/// HTTP `status` and the JSON-RPC `code` it was answered with (requests a method handled are
+/// counted in `mcp_requests_total` instead).
+pub(crate) fn request_refused(status: u16, code: i64) {
+    if !enabled() {
+        return;
+    }
+    counter!(
+        "mcp_requests_refused_total",
+        "status" => status.to_string(),
+        "outcome" => error_outcome(code)
+    )
+    .increment(1);
+}
+
+/// `mcp_log_lines_held_back_total{kind}`: a line of `kind` held back by its log budget.
+pub(crate) fn log_line_held_back(kind: &'static str) {
+    if !enabled() {
+        return;
+    }
+    counter!("mcp_log_lines_held_back_total", "kind" => kind).increment(1);
 }
 
 /// `mcp_mrtr_conversations_started_total`: a first round ended with `input_required`.

@@ -67,7 +67,7 @@ const LENT_MODEL: &str = "client-sampling";
 /// Token budget of a summary asked of a client's model.
 const LENT_MODEL_MAX_TOKENS: u32 = 1024;
 /// A line per call whose client's model gave nothing: a client can make every call so.
-static NO_LENT_SUMMARY: LogBudget = LogBudget::new();
+static NO_LENT_SUMMARY: LogBudget = LogBudget::new("client_model_gave_no_summary");
 
 /// One summary to write, as [`Summarizer::plan`] worked it out.
 pub struct Plan<'a> {

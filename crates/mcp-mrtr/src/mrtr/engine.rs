@@ -111,6 +111,18 @@ pub struct TaskSeed {
     required: bool,
     /// The continuation the round's retry took, for a call that goes on in its request.
     taken: Option<Taken>,
+    /// How long the client took to answer, recorded once the task is made or the call that
+    /// goes on in its request is done with the answers (not when its continuation is put back).
+    answer_wait: Option<Duration>,
+}
+
+impl TaskSeed {
+    /// The task was made: the retry's answers are taken for good.
+    pub(crate) fn answers_taken(&self) {
+        if let Some(waited) = self.answer_wait {
+            observe::answer_wait(waited);
+        }
+    }
 }
 
 /// Where a round starts from: the answers and remembered work it finds, and what it took.
@@ -124,6 +136,10 @@ struct RoundStart {
     /// The continuation this retry took, kept to be put back if the retry fails for a reason
     /// that can be mended.
     taken: Option<Taken>,
+    /// How long the client took to answer the last round's questions: recorded once the retry
+    /// bringing the answers is done with, unless its continuation is put back (the client will
+    /// send the same answers again, and they would be counted twice).
+    answer_wait: Option<Duration>,
     baggage: Option<String>,
     span: tracing::Span,
     tasks: TaskMode,
@@ -242,6 +258,7 @@ impl Engine {
         let mut round = RoundState::default();
         let mut memo = Map::new();
         let mut earlier_rounds = 0;
+        let mut answer_wait = None;
         let round_span = round_span(&call);
         match call.params.get("requestState") {
             None => round.available = responses,
@@ -265,7 +282,7 @@ impl Engine {
                 baggage = baggage.or(parked.baggage);
                 if parked.parked_ms > 0 {
                     let waited = unix_now_ms().saturating_sub(parked.parked_ms);
-                    observe::answer_wait(Duration::from_millis(waited));
+                    answer_wait = Some(Duration::from_millis(waited));
                 }
                 round.available = parked.answers;
                 memo = parked.memo;
@@ -289,6 +306,7 @@ impl Engine {
             earlier_rounds,
             digest,
             taken,
+            answer_wait,
             baggage,
             span: round_span,
             tasks,
@@ -325,6 +343,7 @@ impl Engine {
             trace,
             required,
             taken,
+            answer_wait,
             ..
         } = seed;
         if required {
@@ -350,6 +369,7 @@ impl Engine {
             earlier_rounds,
             digest: None,
             taken,
+            answer_wait,
             baggage: call.meta.trace.baggage.clone().or(trace.baggage),
             span,
             tasks: TaskMode::Unkept(why),
@@ -374,10 +394,16 @@ impl Engine {
             earlier_rounds,
             digest,
             taken,
+            answer_wait,
             baggage,
             span: round_span,
             tasks,
         } = start;
+        let answers_taken = || {
+            if let Some(waited) = answer_wait {
+                observe::answer_wait(waited);
+            }
+        };
         if let Some(baggage) = &baggage {
             trace_context::record_baggage(&round_span, baggage);
         }
@@ -397,15 +423,13 @@ impl Engine {
             .await;
         match ran {
             Ok(result) => {
+                answers_taken();
                 if earlier_rounds > 0 {
                     observe::conversation_completed(earlier_rounds + 1);
                 }
                 Ok(Outcome::Complete(result))
             }
             Err(HandlerError::InputRequired(_)) => {
-                if earlier_rounds == 0 {
-                    observe::conversation_started();
-                }
                 let digest = digest.unwrap_or_else(|| {
                     request_digest(call.method.as_str(), call.name, call.arguments)
                 });
@@ -418,11 +442,16 @@ impl Engine {
                 let parking = self
                     .park(parked, context.principal().id(), &call.owner, digest)
                     .await;
-                if parking.is_err()
-                    && let Some(taken) = taken
-                {
+                match (&parking, taken) {
                     // The next round could not be kept: the same state may try again.
-                    self.put_back(&call.owner, taken).await;
+                    (Err(_), Some(taken)) => self.put_back(&call.owner, taken).await,
+                    (Err(_), None) => {}
+                    (Ok(_), _) => {
+                        answers_taken();
+                        if earlier_rounds == 0 {
+                            observe::conversation_started();
+                        }
+                    }
                 }
                 parking.map(Outcome::InputRequired)
             }
@@ -441,6 +470,7 @@ impl Engine {
                     trace: trace_context::carrier_of(&round_span, baggage.as_deref()),
                     required: pending.required(),
                     taken,
+                    answer_wait,
                 })))
             }
             Err(error) => {
@@ -450,10 +480,11 @@ impl Engine {
                 // one).
                 let client_may_mend =
                     rounds.refused_answer() || context.is_mendable_refusal(&error);
-                if client_may_mend && let Some(taken) = taken {
+                match taken {
                     // The client may still answer properly, find room, or declare what the
                     // tool needs, with the same state.
-                    self.put_back(&call.owner, taken).await;
+                    Some(taken) if client_may_mend => self.put_back(&call.owner, taken).await,
+                    _ => answers_taken(),
                 }
                 Err(protocol_error(call.method, call.name, error))
             }
@@ -815,6 +846,7 @@ mod tests {
             trace: TraceCarrier::default(),
             required: false,
             taken: None,
+            answer_wait: None,
         };
 
         // What the round had is found again; a question after the task point is a new round.

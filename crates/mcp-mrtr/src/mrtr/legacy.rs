@@ -353,8 +353,8 @@ impl Asker for LegacyPeer {
 
 /// Log lines every client can cause at will, one per question it leaves unanswered or answers
 /// wrong.
-static UNUSABLE_ANSWERS: LogBudget = LogBudget::new();
-static UNANSWERED: LogBudget = LogBudget::new();
+static UNUSABLE_ANSWERS: LogBudget = LogBudget::new("legacy_answer_unusable");
+static UNANSWERED: LogBudget = LogBudget::new("legacy_question_unanswered");
 
 /// Turns a legacy answer into the handler's view. Errors never fail the call: a refusal (code -1)
 /// is a decline, anything else a cancellation (elicitation) or a failure (sampling, roots). The

@@ -406,7 +406,10 @@ impl Server {
             (outcome, _) => return finish(outcome),
         };
         let why = match tasks.create(name, arguments, &seed).await {
-            Ok(Ok(created)) => return Ok(Reply::Task(created)),
+            Ok(Ok(created)) => {
+                seed.answers_taken();
+                return Ok(Reply::Task(created));
+            }
             Ok(Err(why)) => why,
             Err(error) => {
                 self.engine.give_back(*seed).await;

@@ -131,8 +131,8 @@ struct Table<K> {
     /// Locked after a shard is released, or before one is locked: never while holding one.
     owners: Mutex<HashMap<Owner, Holdings<K>>>,
     share: usize,
-    /// Entries held now: the sum of the changes the metrics' gauge is given, kept so that the
-    /// tests can check that sum.
+    /// Entries held now: the sum of the changes the metrics' gauge is given, taken off the
+    /// gauge again when the table goes (a process may make and drop several stores).
     live: AtomicI64,
     /// What the table's entries are, in the metrics.
     held: Held,
@@ -157,6 +157,12 @@ struct Entry {
 struct Holdings<K> {
     live: usize,
     order: VecDeque<(Instant, K)>,
+}
+
+impl<K> Drop for Table<K> {
+    fn drop(&mut self) {
+        self.held.changed("memory", -*self.live.get_mut());
+    }
 }
 
 impl<K: Hash + Eq + Clone> Table<K> {
@@ -607,6 +613,35 @@ mod tests {
             store.read_session("in-use").await.unwrap(),
             Some(b"s".to_vec())
         );
+    }
+
+    #[test]
+    fn a_store_dropped_with_entries_takes_them_off_the_gauge() {
+        use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        // The second store outlives the recording.
+        let _second = metrics::with_local_recorder(&recorder, || {
+            crate::observe::enable();
+            let first = Table::new(100, 10, Held::Continuations);
+            let second = Table::new(100, 10, Held::Continuations);
+            for (table, key) in [(&first, 1), (&first, 2), (&second, 3)] {
+                table.insert(&alice(), key, b"p".to_vec(), Duration::from_secs(60));
+            }
+            drop(first);
+            second
+        });
+        let pending: Vec<f64> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name() == "mcp_continuations_pending")
+            .filter_map(|(.., value)| match value {
+                DebugValue::Gauge(value) => Some(value.into_inner()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(pending, [1.0], "only the entry of the store still there");
     }
 
     #[tokio::test]

@@ -106,7 +106,7 @@ return taken
 ";
 
 /// Lines about Redis refusing writes for want of memory.
-static OUT_OF_MEMORY: LogBudget = LogBudget::new();
+static OUT_OF_MEMORY: LogBudget = LogBudget::new("redis_out_of_memory");
 
 /// Records task `ARGV[1]` in its owner's index `KEYS[1]` for `ARGV[2]` ms and returns 1, unless
 /// the owner already holds its share `ARGV[3]` of tasks not yet expired: then, with nothing

@@ -9,7 +9,7 @@
 //! holds, so that indexes nobody sweeps any more do not stay in Redis forever.
 //!
 //! Each index is split over [`SHARDS`] keys so that on a cluster it spreads over the nodes; a
-//! command touches one of them only.
+//! command or script touches one of them only, and a sweep is one script per key.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::StoreError;
-use super::redis_connection::{RedisConnection, query};
+use super::redis_connection::RedisConnection;
 use crate::observe::Held;
 
 /// Keys each index is split over.
@@ -29,6 +29,27 @@ const CLOCK_SKEW: Duration = Duration::from_secs(1);
 const LONGEST_PACE: Duration = Duration::from_secs(24 * 60 * 60);
 /// How often a replica sweeps when not told otherwise.
 pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(15);
+
+/// Sweeps one index shard (`KEYS[1]`) in one round trip: removes what is due by `ARGV[1]`,
+/// counts what stays, and has the shard expire `ARGV[2]` ms after the last deadline it holds
+/// (each sweep pushes that on, so an index no replica sweeps any more, its metrics turned off or
+/// its deployment retired, leaves Redis once its entries would all have). Answers
+/// `{removed, left}`. Redis keeps what a script wrote before an error, so the expiry, which
+/// comes after the removal, is set with `pcall`: a failure there cannot lose the count of what
+/// was removed.
+const SWEEP_SHARD: &str = r"
+local removed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local left = redis.call('ZCARD', KEYS[1])
+if left > 0 then
+  local last = redis.pcall('ZREVRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local score = type(last) == 'table' and tonumber(last[2])
+  if score then
+    local expiry = math.max(0, score) + tonumber(ARGV[2])
+    redis.pcall('PEXPIREAT', KEYS[1], string.format('%d', expiry))
+  end
+end
+return {removed, left}
+";
 
 /// The index of one kind of entry.
 #[derive(Debug, Clone)]
@@ -87,33 +108,25 @@ impl LiveIndex {
         &self,
         connection: &RedisConnection,
         timeout: Duration,
+        script: &redis::Script,
     ) -> Result<(), StoreError> {
         let overdue = unix_millis(SystemTime::now()).saturating_sub(millis(CLOCK_SKEW));
+        let keep_after_the_last = millis(CLOCK_SKEW).saturating_add(millis(LONGEST_PACE));
         let shards = (0..SHARDS).map(|shard| async move {
-            let key = self.shard_key(shard);
-            let removing = redis::cmd("ZREMRANGEBYSCORE")
-                .arg(&key)
-                .arg("-inf")
-                .arg(overdue)
-                .clone();
-            let lapsed = match query::<u64>(connection, timeout, &removing).await {
-                Ok(lapsed) => lapsed,
-                Err(e) => return (0, Err(e)),
-            };
-            let live = query::<u64>(connection, timeout, redis::cmd("ZCARD").arg(&key)).await;
-            if matches!(live, Ok(count) if count > 0)
-                && let Err(e) = expire_after_the_last(connection, timeout, &key).await
-            {
-                tracing::debug!("setting {key} to expire: {e}");
-            }
-            (lapsed, live)
+            let mut sweeping = script.key(self.shard_key(shard));
+            sweeping.arg(overdue).arg(keep_after_the_last);
+            let mut calling = connection.clone();
+            connection
+                .bounded(timeout, sweeping.invoke_async::<(u64, u64)>(&mut calling))
+                .await
         });
         let (mut lapsed, mut live, mut failure) = (0, Some(0), None);
-        for (shard_lapsed, shard_live) in join_all(shards).await {
-            // What a shard removed is counted even when another shard failed: it is gone.
-            lapsed += shard_lapsed;
-            match shard_live {
-                Ok(count) => live = live.map(|total| total + count),
+        for swept in join_all(shards).await {
+            match swept {
+                Ok((removed, left)) => {
+                    lapsed += removed;
+                    live = live.map(|total| total + left);
+                }
                 Err(e) => {
                     live = None;
                     failure = Some(e);
@@ -135,32 +148,6 @@ impl LiveIndex {
     }
 }
 
-/// Has the index shard `key` expire a day (the longest pace between sweeps) after the last
-/// deadline it holds: each sweep pushes that on, and an index no replica sweeps any more (its
-/// metrics turned off, its deployment retired) leaves Redis once its entries would all have.
-async fn expire_after_the_last(
-    connection: &RedisConnection,
-    timeout: Duration,
-    key: &str,
-) -> Result<(), StoreError> {
-    let last = redis::cmd("ZREVRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(0)
-        .arg("WITHSCORES")
-        .clone();
-    let last: Vec<(String, f64)> = query(connection, timeout, &last).await?;
-    let Some(&(_, deadline)) = last.first() else {
-        return Ok(());
-    };
-    // Scores are whole milliseconds: the cast loses nothing.
-    let expiry = (deadline.max(0.0) as u64)
-        .saturating_add(millis(CLOCK_SKEW))
-        .saturating_add(millis(LONGEST_PACE));
-    let expiring = redis::cmd("PEXPIREAT").arg(key).arg(expiry).clone();
-    query::<i64>(connection, timeout, &expiring).await.map(drop)
-}
-
 /// Sweeps `indexes` at once, then `pace` (at most a day) after each sweep ended (the pace may
 /// change meanwhile: the next sweep is then due one new pace after the last), until aborted or
 /// until the pace's sender is gone.
@@ -170,9 +157,10 @@ pub(super) async fn sweep_forever(
     indexes: Vec<LiveIndex>,
     mut pace: watch::Receiver<Duration>,
 ) {
+    let script = redis::Script::new(SWEEP_SHARD);
     loop {
         for index in &indexes {
-            if let Err(e) = index.sweep(&connection, timeout).await {
+            if let Err(e) = index.sweep(&connection, timeout, &script).await {
                 // The counts wait for the next sweep; the store's own calls report the outage.
                 tracing::debug!("sweeping {}: {e}", index.stem);
             }

@@ -57,7 +57,7 @@ pub const MAX_TASK_BYTES: usize = 256 * 1024;
 const HELD_PER_SLOT: usize = 4;
 
 /// Lines about no room for a task, which a flood of calls can cause.
-static NO_ROOM: LogBudget = LogBudget::new();
+static NO_ROOM: LogBudget = LogBudget::new("no_room_for_task");
 
 /// How tasks are kept and run.
 #[derive(Debug, Clone)]
@@ -239,6 +239,8 @@ impl Tasks {
             result: None,
             error: None,
             lease: Some(self.lease_from(now)),
+            traceparent: seed.trace.traceparent.clone(),
+            tracestate: seed.trace.tracestate.clone(),
         };
         let bytes = encode(&record)?;
         if bytes.len() > MAX_NEW_TASK_BYTES {

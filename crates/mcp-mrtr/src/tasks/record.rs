@@ -114,6 +114,13 @@ pub struct TaskRecord {
     pub error: Option<Value>,
     /// The replica running a working task.
     pub lease: Option<Lease>,
+    /// W3C trace context of the round that made the task, so that the task's runs, on whichever
+    /// replica, are spans of the call's trace. Absent from records written before it existed,
+    /// and for calls that came without a trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 impl TaskRecord {
@@ -134,7 +141,16 @@ impl TaskRecord {
             capabilities: self.capabilities.clone(),
             log_level: None,
             progress_token: None,
-            trace: TraceCarrier::default(),
+            trace: self.trace(),
+        }
+    }
+
+    /// The trace context the task's runs continue.
+    pub fn trace(&self) -> TraceCarrier {
+        TraceCarrier {
+            traceparent: self.traceparent.clone(),
+            tracestate: self.tracestate.clone(),
+            baggage: None,
         }
     }
 

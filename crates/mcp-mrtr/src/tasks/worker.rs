@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 use tokio::task::AbortHandle;
 use tokio_util::task::AbortOnDropHandle;
+use tracing::Instrument as _;
 
 use super::record::Lease;
 use super::{Change, MAX_TASK_BYTES, Status, TaskRecord, Tasks, encode, millis, now_ms};
@@ -19,6 +20,7 @@ use crate::mrtr::{HandlerError, RequestContext, TaskMode};
 use crate::observe;
 use crate::protocol::content::CallToolResult;
 use crate::protocol::{Method, ProtocolError};
+use crate::trace_context;
 
 /// How long to wait before trying again to record a task's ending.
 pub(super) const ENDING_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
@@ -120,8 +122,15 @@ impl Tasks {
             Ok(_) => return,
             Err(_) => {}
         }
+        let span = tracing::info_span!(
+            "mcp.task",
+            otel.name = "mcp.task",
+            mcp.name = %record.tool,
+            mcp.task = %id,
+        );
+        trace_context::adopt(&span, &record.trace());
         let ending = tokio::select! {
-            ending = self.run(&record) => ending,
+            ending = self.run(&record).instrument(span) => ending,
             lost = &mut no_longer_ours => return renewal_ended(id, lost),
         };
         drop(renewer);

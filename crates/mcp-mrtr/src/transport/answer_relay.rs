@@ -176,9 +176,9 @@ impl SeenIds {
 }
 
 /// Lines about answers too large to relay, which any client can send.
-static TOO_LARGE: LogBudget = LogBudget::new();
+static TOO_LARGE: LogBudget = LogBudget::new("answer_too_large_to_relay");
 /// Lines about the relay failing or backed up, which a flood of answers can cause.
-static TROUBLE: LogBudget = LogBudget::new();
+static TROUBLE: LogBudget = LogBudget::new("answer_relay_trouble");
 
 impl AnswerRelay {
     /// Starts relaying: publishing answers handed to [`send`](Self::send), and delivering the

@@ -31,8 +31,19 @@ use crate::protocol::version;
 /// How long a refused request's body is read, to be dropped, before the refusal goes out.
 const DISCARD_WAIT: Duration = Duration::from_secs(2);
 
-/// `POST /mcp`.
+/// `POST /mcp`: its answer, a refusal counted as such.
 pub(super) async fn post(
+    endpoint: State<Arc<Endpoint>>,
+    http_request: axum::extract::Request,
+) -> Result<Response<Body>, WireError> {
+    let answer = answer(endpoint, http_request).await;
+    if let Err(refusal) = &answer {
+        refusal.count_refusal();
+    }
+    answer
+}
+
+async fn answer(
     State(endpoint): State<Arc<Endpoint>>,
     http_request: axum::extract::Request,
 ) -> Result<Response<Body>, WireError> {

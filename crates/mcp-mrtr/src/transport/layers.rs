@@ -430,4 +430,4 @@ fn answer_panic(panic: Box<dyn Any + Send + 'static>) -> Response<Body> {
 }
 
 /// Lines about refused preflights, which any page can send.
-static REFUSED_PREFLIGHTS: LogBudget = LogBudget::new();
+static REFUSED_PREFLIGHTS: LogBudget = LogBudget::new("refused_preflight");

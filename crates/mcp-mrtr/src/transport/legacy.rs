@@ -332,7 +332,7 @@ pub(super) async fn post(
             params,
         )
         .await
-        .map_err(|e| legacy_error(&id, e)),
+        .map_err(|e| e.answering(Some(&id)).within_session()),
     }
 }
 
@@ -346,18 +346,18 @@ async fn serve_request(
     id: &RequestId,
     method: &str,
     params: Map<String, Value>,
-) -> Result<Response<Body>, ProtocolError> {
+) -> Result<Response<Body>, WireError> {
     let server = &endpoint.server;
     let method = match Method::parse(method) {
         Some(known) if !known.is_modern() || server.implements(known) => known,
-        _ => return Err(ProtocolError::method_not_found(method)),
+        _ => return Err(ProtocolError::method_not_found(method).into()),
     };
     match method {
         Method::Ping => return Ok(ok(id, json!({}))),
         Method::Initialize => {
-            return Err(ProtocolError::invalid_request(
-                "This session is already initialized",
-            ));
+            return Err(
+                ProtocolError::invalid_request("This session is already initialized").into(),
+            );
         }
         Method::LoggingSetLevel => {
             let level = params
@@ -371,12 +371,12 @@ async fn serve_request(
                 session.log_level = Some(level.as_str().to_owned());
                 Ok(())
             });
-            return changed(setting.await?, id);
+            return Ok(changed(setting.await?, id));
         }
         Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
             // Only a server that declares resources offers to subscribe to them.
             if !server.registry().has_resources() {
-                return Err(ProtocolError::method_not_found(method.as_str()));
+                return Err(ProtocolError::method_not_found(method.as_str()).into());
             }
             let uri = params
                 .get("uri")
@@ -394,7 +394,7 @@ async fn serve_request(
                 }
                 Ok(())
             });
-            return changed(subscribing.await?, id);
+            return Ok(changed(subscribing.await?, id));
         }
         // Stateless discovery and listening, and tasks, belong to the 2026-07-28 wire.
         Method::ServerDiscover
@@ -402,7 +402,7 @@ async fn serve_request(
         | Method::TasksGet
         | Method::TasksUpdate
         | Method::TasksCancel => {
-            return Err(ProtocolError::method_not_found(method.as_str()));
+            return Err(ProtocolError::method_not_found(method.as_str()).into());
         }
         _ => {}
     }
@@ -458,7 +458,10 @@ async fn serve_request(
         };
         return Ok(streamed(endpoint, env, request, stop).await);
     }
-    let reply = server.handle(method, &params, env).await?;
+    let reply = server
+        .handle(method, &params, env)
+        .await
+        .map_err(WireError::handled)?;
     Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)))
 }
 
@@ -489,7 +492,7 @@ async fn initialize(
             let refusal = ProtocolError::invalid_params(format!(
                 "{name} takes {size} bytes; this server keeps at most {limit}"
             ));
-            return legacy_error(id, refusal).into_response();
+            return legacy_refusal(id, refusal);
         }
     }
     let session = Session {
@@ -509,7 +512,7 @@ async fn initialize(
     };
     let session_id = crate::store::ContinuationId::random().to_hex();
     if let Err(e) = save(endpoint, &session_id, &session).await {
-        return legacy_error(id, e).into_response();
+        return legacy_refusal(id, e);
     }
     observe::legacy_session(true);
     let server = &endpoint.server;
@@ -926,12 +929,13 @@ async fn update(
 
 /// The empty result of a request that changed the session, or, when the session ended before
 /// the change was written, the 404 that tells a client to initialize a new one.
-fn changed(updated: bool, id: &RequestId) -> Result<Response<Body>, ProtocolError> {
+fn changed(updated: bool, id: &RequestId) -> Response<Body> {
     if updated {
-        return Ok(ok(id, json!({})));
+        return ok(id, json!({}));
     }
     let gone = WireError::refused(StatusCode::NOT_FOUND, SESSION_GONE);
-    Ok(gone.answering(Some(id)).into_response())
+    gone.count_refusal();
+    gone.answering(Some(id)).into_response()
 }
 
 /// The ids of `session`'s questions, vouched for by the keys every replica shares.
@@ -975,9 +979,9 @@ fn deliver_answer(
 }
 
 /// Lines about answers dropped here, which any client can send.
-static UNWAITED_ANSWERS: LogBudget = LogBudget::new();
+static UNWAITED_ANSWERS: LogBudget = LogBudget::new("legacy_answer_unwaited");
 /// Lines about sessions opened and ended, which anonymous clients can do at will.
-static SESSION_LINES: LogBudget = LogBudget::new();
+static SESSION_LINES: LogBudget = LogBudget::new("legacy_session_opened_or_ended");
 
 /// The id an error answering `incoming` carries: a request's own. A client's response carries
 /// the id of the server's request, which is not the client's to match, and a notification none.
@@ -992,9 +996,11 @@ fn ok(id: &RequestId, result: Value) -> Response<Body> {
     sse::json(StatusCode::OK, success_bytes(id, &result))
 }
 
-/// A JSON-RPC error as the legacy wire sends it (see [`WireError::within_session`]).
-fn legacy_error(id: &RequestId, e: ProtocolError) -> WireError {
-    WireError::from(e).answering(Some(id)).within_session()
+/// A refusal as the legacy wire sends it (see [`WireError::within_session`]), counted.
+fn legacy_refusal(id: &RequestId, e: ProtocolError) -> Response<Body> {
+    let refusal = WireError::from(e).answering(Some(id)).within_session();
+    refusal.count_refusal();
+    refusal.into_response()
 }
 
 #[cfg(test)]
@@ -1045,9 +1051,9 @@ mod tests {
     #[tokio::test]
     async fn a_change_to_a_session_ended_meanwhile_is_answered_404_with_the_request_id() {
         let id = RequestId::from_value(json!(7)).expect("an id");
-        let answered = changed(true, &id).expect("a response");
+        let answered = changed(true, &id);
         assert_eq!(answered.status(), StatusCode::OK);
-        let gone = changed(false, &id).expect("a response");
+        let gone = changed(false, &id);
         assert_eq!(gone.status(), StatusCode::NOT_FOUND);
         let body = axum::body::to_bytes(gone.into_body(), 4096)
             .await

@@ -223,7 +223,7 @@ const MOST_STREAM_LIFE: Duration = Duration::from_secs(365 * 24 * 3600);
 pub const MOST_BODY_BYTES: usize = u32::MAX as usize;
 
 /// Lines about refused Origins and hosts, which any client can send.
-static REFUSED_ORIGINS: LogBudget = LogBudget::new();
+static REFUSED_ORIGINS: LogBudget = LogBudget::new("refused_origin_or_host");
 
 fn turns(options: &TransportOptions) -> Arc<tokio::sync::Semaphore> {
     Arc::new(tokio::sync::Semaphore::new(

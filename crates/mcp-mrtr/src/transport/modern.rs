@@ -281,7 +281,10 @@ async fn serve(
     if wants_stream {
         return Ok(streamed(endpoint, env, (id.clone(), method, params), Stop::OnClose).await);
     }
-    let reply = server.handle(method, &params, env).await?;
+    let reply = server
+        .handle(method, &params, env)
+        .await
+        .map_err(WireError::handled)?;
     Ok(sse::json(StatusCode::OK, success_bytes(id, &reply)))
 }
 

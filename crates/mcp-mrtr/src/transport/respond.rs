@@ -324,9 +324,33 @@ pub(super) struct WireError {
     /// A header the refusal needs: the `WWW-Authenticate` challenge of a refused credential, or
     /// the `Retry-After` of a busy server.
     header: Option<(HeaderName, HeaderValue)>,
+    /// Whether a method's handler answered with it, and so counted it already.
+    handled: bool,
 }
 
 impl WireError {
+    /// The error a method's handler answered with (counted with the requests it handled).
+    pub(super) fn handled(error: ProtocolError) -> Self {
+        Self {
+            handled: true,
+            ..Self::from(error)
+        }
+    }
+
+    /// Counts a refusal the transport made in `mcp_requests_refused_total`.
+    pub(super) fn count_refusal(&self) {
+        if !self.handled {
+            crate::observe::request_refused(self.status().as_u16(), self.error.code);
+        }
+    }
+
+    /// The HTTP status it goes out with.
+    fn status(&self) -> StatusCode {
+        self.status.unwrap_or_else(|| {
+            StatusCode::from_u16(self.error.http_status()).unwrap_or(StatusCode::BAD_REQUEST)
+        })
+    }
+
     /// The same error as a 2025-11-25 session sends it: with HTTP 200 (to its client a 404
     /// means "session gone", and other statuses a failed transport), an internal one with 500.
     pub(super) fn within_session(self) -> Self {
@@ -446,15 +470,14 @@ impl From<ProtocolError> for WireError {
             id: None,
             status: None,
             header: None,
+            handled: false,
         }
     }
 }
 
 impl IntoResponse for WireError {
     fn into_response(self) -> Response<Body> {
-        let status = self.status.unwrap_or_else(|| {
-            StatusCode::from_u16(self.error.http_status()).unwrap_or(StatusCode::BAD_REQUEST)
-        });
+        let status = self.status();
         let mut response = sse::json(status, error_bytes(self.id.as_ref(), &self.error));
         // Every 503 says when to try again; an error that passes may say so with any status.
         let retry_after = self
