@@ -69,7 +69,9 @@ if [ -z "$URL" ]; then
     PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
     DATA_DIR="$(mktemp -d)"
     LOG_FILE="$DATA_DIR/server.log"
-    "$SERVER_BIN" --data-dir "$DATA_DIR" --bind "127.0.0.1:$PORT" >"$LOG_FILE" 2>&1 &
+    # On its embedded defaults: a DATABASE_URL or REDIS_URL of the caller's is not touched.
+    env -u DATABASE_URL -u REDIS_URL "$SERVER_BIN" --data-dir "$DATA_DIR" --bind "127.0.0.1:$PORT" \
+        >"$LOG_FILE" 2>&1 &
     SERVER_PID=$!
     deadline=$((SECONDS + STARTUP_TIMEOUT_SECS))
     until (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; do

@@ -4,8 +4,9 @@
 //! server before it starts.
 
 use std::collections::BTreeSet;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 fn moviedb(args: &[&str]) -> Output {
     // A folder of its own for each run: the tests run at once, and each run removes its folder.
@@ -13,15 +14,45 @@ fn moviedb(args: &[&str]) -> Output {
     let run = RUNS.fetch_add(1, Ordering::Relaxed);
     let data_dir =
         std::env::temp_dir().join(format!("moviedb-cli-test-{}-{run}", std::process::id()));
-    let output = Command::new(env!("CARGO_BIN_EXE_moviedb-mcp"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_moviedb-mcp"));
+    // None of the caller's settings (DATABASE_URL, REDIS_URL, MOVIEDB_*…) changes what is tested.
+    command.env_clear();
+    for name in ["PATH", "HOME", "TMPDIR", "LD_LIBRARY_PATH"] {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    let child = command
         .arg("--data-dir")
         .arg(&data_dir)
         .args(args)
-        .env_remove("DATABASE_URL")
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run moviedb-mcp");
+    let output = within_a_minute(child);
     let _ = std::fs::remove_dir_all(&data_dir);
     output
+}
+
+/// The output of `child`, which must exit within a minute: a command that should have been
+/// refused at once but serves instead fails the test rather than hanging it.
+fn within_a_minute(child: std::process::Child) -> Output {
+    let pid = child.id();
+    // Read on a thread of its own: both pipes drained while it runs, whatever it writes.
+    let (sender, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(child.wait_with_output());
+    });
+    match outcome.recv_timeout(Duration::from_secs(60)) {
+        Ok(output) => output.expect("moviedb-mcp's output"),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("moviedb-mcp {pid} still ran after a minute");
+        }
+    }
 }
 
 /// The long flags a help text lists, with the environment variable of each when it has one.

@@ -30,7 +30,12 @@ struct Rss {
 
 impl Rss {
     fn watch(pid: u32) -> Self {
-        let peak = Arc::new(AtomicU64::new(resident_bytes(pid)));
+        let first = resident_bytes(pid);
+        assert!(
+            first > 0,
+            "the resident memory of process {pid} cannot be read"
+        );
+        let peak = Arc::new(AtomicU64::new(first));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (seen, stopped) = (peak.clone(), stop.clone());
         std::thread::spawn(move || {
@@ -42,8 +47,15 @@ impl Rss {
         Self { pid, peak, stop }
     }
 
+    /// The resident memory now, of a process that must still be running.
     fn now(&self) -> u64 {
-        resident_bytes(self.pid)
+        let now = resident_bytes(self.pid);
+        assert!(
+            now > 0,
+            "process {} exited, or its memory cannot be read",
+            self.pid
+        );
+        now
     }
 
     fn peak(&self) -> u64 {

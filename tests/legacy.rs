@@ -1064,8 +1064,9 @@ async fn a_get_stream_keeps_its_session_alive_until_its_maximum_age() {
         ..ServerOptions::default()
     })
     .await;
-    let client = session(&server, json!({})).await;
+    // Taken before the session opens, so that what it measures is at least the session's life.
     let opened = std::time::Instant::now();
+    let client = session(&server, json!({})).await;
     let stream = open_get_stream(&server, &client).await;
     let mut body = text_of_stream(stream);
     tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;

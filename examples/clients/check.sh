@@ -42,13 +42,16 @@ port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); p
 env -u DATABASE_URL -u REDIS_URL RUST_LOG=info "$server_bin" --data-dir "$data_dir" --bind "127.0.0.1:$port" \
     >"$data_dir/server.log" 2>&1 &
 server_pid=$!
-for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+listening=
+for _ in $(seq 1 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && { listening=yes; break; }
     kill -0 "$server_pid" 2>/dev/null || die "the server exited: $(tail -5 "$data_dir/server.log")"
     sleep 0.1
 done
+[ -n "$listening" ] || die "the server did not listen within 30 s: $(tail -5 "$data_dir/server.log")"
 url="http://127.0.0.1:$port/mcp"
-token="$(env -u DATABASE_URL "$server_bin" --data-dir "$data_dir" token --user recipe-reader 2>/dev/null)"
+token="$(env -u DATABASE_URL "$server_bin" --data-dir "$data_dir" token --user recipe-reader 2>"$data_dir/token.err")" \
+    || die "moviedb-mcp token failed: $(cat "$data_dir/token.err")"
 
 # recipe NAME MOVIE_ID COMMAND…: runs one recipe and checks what it printed.
 recipe() {

@@ -497,17 +497,17 @@ mod tests {
     #[tokio::test]
     async fn a_session_is_read_until_deleted_and_a_rewrite_renews_it() {
         let store = MemoryStore::new(100, 100);
-        let ttl = Duration::from_millis(80);
+        let ttl = Duration::from_millis(800);
         store
             .write_session(&alice(), "s", b"one".to_vec(), ttl)
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
         store
             .write_session(&alice(), "s", b"two".to_vec(), ttl)
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(
             store.read_session("s").await.unwrap(),
             Some(b"two".to_vec())
@@ -524,7 +524,7 @@ mod tests {
     async fn a_session_is_replaced_only_over_the_record_read_and_lives_on() {
         let store = MemoryStore::new(100, 100);
         store
-            .write_session(&alice(), "s", b"one".to_vec(), Duration::from_millis(40))
+            .write_session(&alice(), "s", b"one".to_vec(), Duration::from_millis(400))
             .await
             .unwrap();
         let (owner, hour) = (alice(), Duration::from_secs(3600));
@@ -536,7 +536,7 @@ mod tests {
                 .await
                 .unwrap()
         );
-        tokio::time::sleep(Duration::from_millis(80)).await;
+        tokio::time::sleep(Duration::from_millis(800)).await;
         assert_eq!(
             store.read_session("s").await.unwrap(),
             Some(b"two".to_vec()),
@@ -662,7 +662,7 @@ mod tests {
     #[tokio::test]
     async fn a_touched_session_lives_on_and_an_untouched_one_expires() {
         let store = MemoryStore::new(100, 10);
-        let ttl = Duration::from_millis(80);
+        let ttl = Duration::from_millis(800);
         store
             .write_session(&alice(), "kept", b"k".to_vec(), ttl)
             .await
@@ -671,9 +671,9 @@ mod tests {
             .write_session(&alice(), "left", b"l".to_vec(), ttl)
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(store.touch_session(&alice(), "kept", ttl).await.unwrap());
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(
             store.read_session("kept").await.unwrap(),
             Some(b"k".to_vec())
